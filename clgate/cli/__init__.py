@@ -1,0 +1,45 @@
+"""The ``clgate`` command line. Each command group lives in its own module and registers itself here.
+
+Heavy imports (torch, matplotlib, fastapi …) happen inside the commands, so ``clgate --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from clgate import __version__
+
+app = typer.Typer(
+    name="clgate",
+    help="Validate class-incremental classifiers on their worst class and their worst moment.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clgate {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """clgate: worst-case metrics, release gates and audit reports for continual learners."""
+
+
+def _register() -> None:
+    from clgate.cli import engine_cmd, gate_cmd, metrics_cmd, service_cmd
+
+    for module in (metrics_cmd, engine_cmd, gate_cmd, service_cmd):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# clgate developer entry point. Each command installs what it needs first.
+#
+#   ./dev.sh demo          set up .venv and run the main job on the embedded default
+#   ./dev.sh test [ARGS]   set up .venv and the test servers/tools, run the whole test suite
+#   ./dev.sh setup         only set up .venv (CLI at .venv/bin/clgate)
+#   ./dev.sh bench         run the benchmarks in benchmarks/
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV=.venv
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+
+setup_venv() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        echo "==> creating $VENV with $PY"
+        "$PY" -m venv "$VENV"
+    fi
+    # Reinstall only when the requirements changed.
+    local stamp="$VENV/.clgate-installed"
+    local want
+    want=$(cat pyproject.toml constraints/dev.txt | sha256sum | cut -d' ' -f1)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        echo "==> installing clgate and its dependencies into $VENV (torch pinned to the CPU build)"
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip
+        "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt -e '.[dev]'
+        echo "$want" > "$stamp"
+    fi
+}
+
+# Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium.
+setup_test_tools() {
+    local missing=()
+    command -v redis-server >/dev/null || missing+=(redis-server)
+    command -v promtool >/dev/null || missing+=(prometheus)
+    command -v chromium >/dev/null || missing+=(chromium)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+        echo "==> installing test tools: ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "!! missing ${missing[*]}: install them (Debian: apt-get install ${missing[*]}); their tests will be skipped" >&2
+    fi
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+    setup)
+        setup_venv ;;
+    demo)
+        setup_venv
+        exec "$VENV/bin/clgate" demo "$@" ;;
+    test)
+        setup_venv
+        setup_test_tools
+        exec "$VENV/bin/python" -m pytest -n "${CLGATE_TEST_WORKERS:-2}" "$@" ;;
+    bench)
+        setup_venv
+        for b in benchmarks/bench_*.py; do echo "==> $b"; "$VENV/bin/python" "$b"; done ;;
+    *)
+        sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+        [ "$cmd" = help ] || exit 2 ;;
+esac

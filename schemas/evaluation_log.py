@@ -1,0 +1,363 @@
+"""`clgate.evaluation-log/v1`: what continual evaluation produces and every metric consumes.
+
+The words are in ``shared/spec/evaluation-log.md``; this module is the same contract in code.
+Every rule of the spec is checked here, and every error names the field and the point, e.g.
+``points[12].correct[3]: correct (7) exceeds total (5)``.
+
+Checks run over whole lists with builtins (``map``, ``min``) so that a log with tens of thousands of
+points and hundreds of classes validates in about the time it takes to parse it.
+
+Extension beyond the spec: ``partial: true`` marks a log cut short (Ctrl-C, a failed job). In such a
+log the tasks after the last finished one may have no ``task_end`` point; metrics treat them as not
+reached (``null``). A complete log (the default) must have a task end for every task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+FORMAT = "clgate.evaluation-log/v1"
+MAX_REPORTED_PROBLEMS = 20
+
+
+class EvaluationLogError(ValueError):
+    """A log that breaks the contract; ``problems`` lists one ``path: reason`` line each."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        head = f"{source}: invalid evaluation log" if source else "invalid evaluation log"
+        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class EvalPoint(BaseModel):
+    """One evaluation of the model on the held-out classes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    iteration: Annotated[int, Field(ge=0, description="Training updates done when evaluated.")]
+    task: Annotated[int, Field(ge=1, description="1-based index of the task being trained.")]
+    task_end: bool = Field(False, description="True for the evaluation right after the task's last update.")
+    correct: list[int] | None = Field(None, description="Correct predictions per class (length C).")
+    total: list[int] | None = Field(None, description="Evaluated samples per class; 0 = not evaluated.")
+    accuracy: list[float | None] | None = Field(
+        None, description="Per-class accuracy in [0, 1] or null, when only rates are known."
+    )
+
+    @property
+    def has_counts(self) -> bool:
+        return self.correct is not None
+
+    def evaluated(self) -> list[bool]:
+        """Which classes were evaluated at this point."""
+        if self.total is not None:
+            return [t > 0 for t in self.total]
+        assert self.accuracy is not None
+        return [a is not None for a in self.accuracy]
+
+
+class TaskResources(BaseModel):
+    """Resources spent on one task, for the Díaz-Rodríguez efficiency criteria (ms, sss, ce)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Annotated[int, Field(ge=1)]
+    model_params: Annotated[int, Field(gt=0, description="Parameters after learning the task.")]
+    buffer_bytes: Annotated[int, Field(ge=0, description="Replay-memory bytes after the task.")]
+    train_bytes: Annotated[int, Field(ge=0, description="Bytes of the task's training set.")]
+    ops_train: Annotated[float, Field(ge=0, allow_inf_nan=False, description="Mul-adds to learn the task.")]
+    ops_pass: Annotated[
+        float, Field(ge=0, allow_inf_nan=False, description="Mul-adds of one forward+backward pass over the task's training set.")
+    ]
+
+
+class EvaluationLog(BaseModel):
+    """A whole continual-evaluation run: task split, evaluation points, resources, provenance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["clgate.evaluation-log/v1"] = FORMAT
+    class_names: list[str] | None = None
+    tasks: list[list[int]]
+    points: list[EvalPoint]
+    resources: list[TaskResources] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    partial: bool = Field(False, description="True when the run was cut short (clgate extension).")
+
+    # ------------------------------------------------------------------ derived, cheap
+    @property
+    def n_classes(self) -> int:
+        return sum(len(t) for t in self.tasks)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tasks)
+
+    def class_label(self, c: int) -> str:
+        return self.class_names[c] if self.class_names else str(c)
+
+    def task_end_indices(self) -> list[int]:
+        """Point index of each finished task's end, in task order."""
+        return [i for i, p in enumerate(self.points) if p.task_end]
+
+    @property
+    def finished_tasks(self) -> int:
+        return sum(1 for p in self.points if p.task_end)
+
+    # ------------------------------------------------------------------ validation
+    @model_validator(mode="after")
+    def _check_contract(self) -> "EvaluationLog":
+        problems = _Problems()
+        n_classes = self._check_tasks(problems)
+        if n_classes is not None:
+            self._check_points(problems, n_classes)
+        self._check_resources(problems)
+        if problems:
+            raise ValueError(problems.text())
+        return self
+
+    def _check_tasks(self, problems: "_Problems") -> int | None:
+        if not self.tasks:
+            problems.add("tasks: at least one task is required")
+            return None
+        seen: dict[int, int] = {}
+        for k, classes in enumerate(self.tasks):
+            if not classes:
+                problems.add(f"tasks[{k}]: a task must hold at least one class")
+            for c in classes:
+                if c < 0:
+                    problems.add(f"tasks[{k}]: class id {c} is negative")
+                elif c in seen:
+                    problems.add(f"tasks[{k}]: class {c} already belongs to tasks[{seen[c]}] (tasks must be disjoint)")
+                else:
+                    seen[c] = k
+        n_classes = len(seen)
+        missing = sorted(set(range(n_classes)) - set(seen))
+        if missing:
+            problems.add(f"tasks: class ids must be 0 … {n_classes - 1}; missing {_short(missing)}")
+        if self.class_names is not None:
+            if len(self.class_names) != n_classes:
+                problems.add(
+                    f"class_names: {len(self.class_names)} names for {n_classes} classes in tasks"
+                )
+            duplicates = sorted({n for n in self.class_names if self.class_names.count(n) > 1})
+            if duplicates:
+                problems.add(f"class_names: duplicate names {_short(duplicates)}")
+        return None if problems else n_classes
+
+    def _check_points(self, problems: "_Problems", n_classes: int) -> None:
+        n_tasks = len(self.tasks)
+        task_end_of: dict[int, int] = {}
+        previous_iteration = -1
+        previous_task = 1
+        for i, p in enumerate(self.points):
+            where = f"points[{i}]"
+            if p.iteration <= previous_iteration:
+                problems.add(
+                    f"{where}.iteration: {p.iteration} is not after the previous point's {previous_iteration} "
+                    "(iterations must strictly increase)"
+                )
+            previous_iteration = max(previous_iteration, p.iteration)
+            if p.task > n_tasks:
+                problems.add(f"{where}.task: task {p.task} does not exist (the log has {n_tasks} tasks)")
+            if p.task < previous_task:
+                problems.add(f"{where}.task: goes backwards from task {previous_task} to task {p.task}")
+            elif p.task > previous_task and previous_task not in task_end_of:
+                problems.add(
+                    f"{where}.task: task {previous_task} ended without a task_end point "
+                    f"(its last point must have task_end: true)"
+                )
+            if p.task >= previous_task and p.task in task_end_of and not p.task_end:
+                problems.add(
+                    f"{where}.task_end: points[{task_end_of[p.task]}] already ended task {p.task}; "
+                    "the task_end point must be the last point of its task"
+                )
+            if p.task_end:
+                if p.task in task_end_of:
+                    problems.add(
+                        f"{where}.task_end: task {p.task} already has a task_end point at "
+                        f"points[{task_end_of[p.task]}] (exactly one per task)"
+                    )
+                else:
+                    task_end_of[p.task] = i
+            previous_task = max(previous_task, p.task)
+            self._check_point_values(problems, where, p, n_classes)
+            if p.task_end and p.task <= n_tasks:
+                evaluated = p.evaluated() if _lengths_ok(p, n_classes) else None
+                if evaluated is not None:
+                    missing = [c for k in range(p.task) for c in self.tasks[k] if not evaluated[c]]
+                    if missing:
+                        problems.add(
+                            f"{where}: task-end point of task {p.task} does not evaluate class(es) "
+                            f"{_short(missing)} of tasks 1 … {p.task}"
+                        )
+        finished = set(task_end_of)
+        unfinished = [k for k in range(1, n_tasks + 1) if k not in finished]
+        if unfinished and not self.partial:
+            problems.add(
+                f"points: task(s) {_short(unfinished)} have no task_end point (every task needs exactly one; "
+                "set partial: true for a run that was cut short)"
+            )
+        elif unfinished and finished and min(unfinished) < max(finished):
+            problems.add(f"points: task(s) {_short(unfinished)} have no task_end point but later tasks do")
+
+    @staticmethod
+    def _check_point_values(problems: "_Problems", where: str, p: EvalPoint, n_classes: int) -> None:
+        if (p.correct is None) != (p.total is None):
+            problems.add(f"{where}: correct and total must be given together")
+            return
+        if p.correct is None and p.accuracy is None:
+            problems.add(f"{where}: a point needs correct/total counts or accuracy")
+            return
+        if p.correct is not None and p.accuracy is not None:
+            problems.add(f"{where}: give either correct/total counts or accuracy, not both")
+            return
+        for name in ("correct", "total", "accuracy"):
+            values = getattr(p, name)
+            if values is not None and len(values) != n_classes:
+                problems.add(f"{where}.{name}: has {len(values)} entries, expected C = {n_classes}")
+                return
+        if p.correct is not None and p.total is not None:
+            for name, values in (("correct", p.correct), ("total", p.total)):
+                if values and min(values) < 0:
+                    c = next(c for c, v in enumerate(values) if v < 0)
+                    problems.add(f"{where}.{name}[{c}]: count ({values[c]}) is negative")
+                    return
+            if any(map(operator.gt, p.correct, p.total)):
+                c = next(c for c, (a, b) in enumerate(zip(p.correct, p.total)) if a > b)
+                problems.add(f"{where}.correct[{c}]: correct ({p.correct[c]}) exceeds total ({p.total[c]})")
+        if p.accuracy is not None:
+            for c, a in enumerate(p.accuracy):
+                if a is not None and not (0.0 <= a <= 1.0):  # NaN fails both comparisons
+                    shown = "NaN" if math.isnan(a) else repr(a)
+                    problems.add(f"{where}.accuracy[{c}]: {shown} is not a fraction in [0, 1]")
+                    return
+
+    def _check_resources(self, problems: "_Problems") -> None:
+        if self.resources is None:
+            return
+        finished = sum(1 for p in self.points if p.task_end)
+        expected = len(self.tasks) if not self.partial else finished
+        if len(self.resources) != expected and not (self.partial and len(self.resources) >= finished):
+            problems.add(f"resources: {len(self.resources)} entries, expected one per task ({expected})")
+        for k, r in enumerate(self.resources):
+            if r.task != k + 1:
+                problems.add(f"resources[{k}].task: is {r.task}, expected {k + 1} (one entry per task, in order)")
+
+    # ------------------------------------------------------------------ I/O
+    @classmethod
+    def load(cls, path: str | Path) -> "EvaluationLog":
+        """Read and validate a log (``.json``, or ``.jsonl`` with a header line then one point a line).
+
+        Raises :class:`EvaluationLogError` naming the file, the field and the reason.
+        """
+        path = Path(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise EvaluationLogError([f"cannot read file: {exc.strerror or exc}"], str(path)) from exc
+        try:
+            if path.suffix == ".jsonl":
+                return cls.from_jsonl(raw.decode("utf-8"))
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            raise EvaluationLogError(format_validation_error(exc), str(path)) from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise EvaluationLogError([str(exc)], str(path)) from None
+
+    @classmethod
+    def parse(cls, data: str | bytes | dict[str, Any], source: str | None = None) -> "EvaluationLog":
+        """Validate a log given as JSON text or a dict; raises :class:`EvaluationLogError`."""
+        try:
+            if isinstance(data, dict):
+                return cls.model_validate(data)
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            raise EvaluationLogError(format_validation_error(exc), source) from None
+
+    @classmethod
+    def from_jsonl(cls, text: str) -> "EvaluationLog":
+        lines = [line for line in text.splitlines() if line.strip()]
+        if not lines:
+            raise ValueError("empty JSON Lines log: the first line must be the header object")
+        try:
+            header = json.loads(lines[0])
+            points = [json.loads(line) for line in lines[1:]]
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"invalid JSON Lines: {exc}") from None
+        if not isinstance(header, dict):
+            raise ValueError("JSON Lines header (line 1) must be an object")
+        return cls.model_validate({**header, "points": header.get("points", []) + points})
+
+    def to_jsonl(self) -> str:
+        header = self.model_dump(mode="json", exclude={"points"}, exclude_none=True)
+        lines = [json.dumps(header)]
+        lines += [p.model_dump_json(exclude_none=True) for p in self.points]
+        return "\n".join(lines) + "\n"
+
+    def dump(self, path: str | Path) -> None:
+        """Write as JSON (or JSON Lines for ``.jsonl``), atomically (write then rename)."""
+        path = Path(path)
+        text = self.to_jsonl() if path.suffix == ".jsonl" else self.model_dump_json(exclude_none=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.dropped = 0
+
+    def add(self, text: str) -> None:
+        if len(self.items) < MAX_REPORTED_PROBLEMS:
+            self.items.append(text)
+        else:
+            self.dropped += 1
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def text(self) -> str:
+        extra = [f"… and {self.dropped} more problem(s)"] if self.dropped else []
+        return "\n".join(self.items + extra)
+
+
+def _lengths_ok(p: EvalPoint, n_classes: int) -> bool:
+    values = p.total if p.total is not None else p.accuracy
+    return values is not None and len(values) == n_classes
+
+
+def _short(values: list[Any], limit: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (f", … ({len(values)} in all)" if len(values) > limit else "")
+
+
+def loc_to_path(loc: tuple[int | str, ...]) -> str:
+    """``("points", 12, "correct", 3)`` → ``points[12].correct[3]``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def format_validation_error(exc: ValidationError) -> list[str]:
+    """One ``path: reason`` line per pydantic error (our own contract checks already carry their path)."""
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        path = loc_to_path(tuple(err["loc"]))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "value_error" and not path:
+            lines.extend(msg.splitlines())
+        else:
+            lines.append(f"{path}: {msg}" if path else msg)
+    return lines

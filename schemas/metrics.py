@@ -1,0 +1,79 @@
+"""Metric results as they cross boundaries (CLI ``--json``, API, policy engine, reports)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+METRICS_FORMAT = "clgate.metrics/v1"
+
+MetricValue = float | None | list[float | None]
+
+
+class ClassStats(BaseModel):
+    """Where one class stands: final accuracy, its confidence bound, and its worst moment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int
+    name: str
+    task: int = Field(description="1-based task that introduces the class.")
+    final_accuracy: float | None = Field(description="Accuracy at the last task end (null if not reached).")
+    final_correct: int | None = None
+    final_total: int | None = None
+    final_lcb: float | None = Field(None, description="Lower Wilson bound of final_accuracy (needs counts).")
+    min_after_learned: float | None = Field(
+        None, description="Lowest accuracy at any point after its own task ended (null if none)."
+    )
+    min_after_learned_iteration: int | None = None
+    min_after_learned_lcb: float | None = None
+
+
+class MetricsResult(BaseModel):
+    """All metrics of one evaluation log. ``metrics`` follows the spec's output contract."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["clgate.metrics/v1"] = METRICS_FORMAT
+    metrics: dict[str, MetricValue] = Field(
+        description="id → scalar, or list of K values (0-based task position), null where undefined."
+    )
+    reasons: dict[str, str] = Field(
+        default_factory=dict, description="id → why the metric is null (needs not met)."
+    )
+    evidence: dict[str, list[dict] | dict] = Field(
+        default_factory=dict,
+        description="id → where the value came from (task, class, iteration), per task or for the scalar.",
+    )
+    task_accuracy: Literal["macro", "micro"] = "macro"
+    windows: list[int] = Field(default_factory=lambda: [10, 100])
+    confidence: float = 0.95
+    n_tasks: int
+    n_classes: int
+    finished_tasks: int
+    classes: list[ClassStats] = Field(default_factory=list)
+    class_deltas: list[float | None] | None = Field(
+        None, description="Per-class final accuracy, candidate minus baseline (with a baseline)."
+    )
+    meta: dict = Field(default_factory=dict, description="The log's meta (seed, strategy …).")
+
+
+class Aggregate(BaseModel):
+    """One metric over several runs; per-task metrics aggregate element-wise."""
+
+    mean: MetricValue
+    std: MetricValue
+    worst: MetricValue
+
+
+class RunsResult(BaseModel):
+    """Several runs (seeds) of one job: per-run results, aggregates, and ``cl_stability``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["clgate.metrics/v1"] = METRICS_FORMAT
+    metrics: dict[str, MetricValue] = Field(description="Mean over runs (plus cl_stability).")
+    aggregates: dict[str, Aggregate]
+    runs: list[MetricsResult]
+    reasons: dict[str, str] = Field(default_factory=dict)

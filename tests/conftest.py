@@ -1,0 +1,40 @@
+"""Shared test helpers.
+
+Tests that need a real external program (redis-server, promtool, chromium) call
+``require_binary``: locally a missing program skips the test with the install hint; in CI (``CI=true``)
+it fails, so a missing install step cannot hide behind a green run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require_binary(name: str, package: str | None = None) -> str:
+    path = shutil.which(name)
+    if path:
+        return path
+    hint = f"{name} not found (Debian package {package or name}; ./dev.sh test installs it as root)"
+    if IN_CI:
+        pytest.fail(hint)
+    pytest.skip(hint)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def artifacts_dir() -> Path:
+    """Where tests keep artifacts worth looking at (screenshots, reports): test-artifacts/."""
+    path = REPO / "test-artifacts"
+    path.mkdir(exist_ok=True)
+    return path
