@@ -1,7 +1,7 @@
 """Shared test helpers.
 
-Tests that need a real external program (redis-server, promtool, chromium) call
-``require_binary``: locally a missing program skips the test with the install hint; in CI (``CI=true``)
+Tests that need a real external program (redis-server, promtool, chromium) use the
+``require_binary`` fixture: locally a missing program skips the test with the install hint; in CI (``CI=true``)
 it fails, so a missing install step cannot hide behind a green run.
 """
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
-def require_binary(name: str, package: str | None = None) -> str:
+def _require_binary(name: str, package: str | None = None) -> str:
     path = shutil.which(name)
     if path:
         return path
@@ -38,3 +38,9 @@ def artifacts_dir() -> Path:
     path = REPO / "test-artifacts"
     path.mkdir(exist_ok=True)
     return path
+
+
+@pytest.fixture
+def require_binary():
+    """``require_binary("redis-server")`` → its path; skip locally / fail in CI when missing."""
+    return _require_binary
