@@ -1,7 +1,218 @@
-"""Command group (filled in by its issue)."""
+"""``clgate metrics`` (every metric of an evaluation log) and ``clgate schema`` (JSON Schemas)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from schemas.evaluation_log import EvaluationLog
+    from schemas.metrics import MetricsResult, RunsResult
+
+
+class TaskAccuracy(str, Enum):
+    macro = "macro"
+    micro = "micro"
+
+
+# Name → "module:attribute" of the pydantic model whose JSON Schema ``clgate schema NAME`` prints.
+SCHEMAS = {
+    "evaluation-log": "schemas.evaluation_log:EvaluationLog",
+    "metrics": "schemas.metrics:MetricsResult",
+    "metrics-runs": "schemas.metrics:RunsResult",
+    "job": "schemas.job:JobSpec",
+    "policy": "schemas.policy:Policy",
+    "decision": "schemas.decision:Decision",
+}
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print an error for a person (no traceback) and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def load_logs(paths: list[Path]) -> list["EvaluationLog"]:
+    """Load and validate logs; a bad one exits 2 with the validation message."""
+    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+
+    logs = []
+    for path in paths:
+        try:
+            logs.append(EvaluationLog.load(path))
+        except EvaluationLogError as exc:
+            fail(str(exc))
+    return logs
+
+
+def parse_weights(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(w) for w in text.split(",")]
+    except ValueError:
+        fail(f"--weights: {text!r} is not a comma-separated list of numbers")
+    return None  # unreachable
+
+
+def metrics_command(
+    logs: Annotated[
+        list[Path],
+        typer.Argument(help="Evaluation log(s). Several logs are several runs (seeds) of one job.", show_default=False),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON ({\"metrics\": {id: value}, …}).")] = False,
+    task_accuracy: Annotated[
+        TaskAccuracy, typer.Option("--task-accuracy", help="Task accuracy: mean of class accuracies, or pooled counts.")
+    ] = TaskAccuracy.macro,
+    window: Annotated[
+        list[int] | None,
+        typer.Option("--window", "-w", help="Window (evaluation points) for wf{w}/wp{w}; repeatable. [default: 10, 100]"),
+    ] = None,
+    weights: Annotated[
+        str | None,
+        typer.Option(
+            help="cl_score weights for [a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce], comma-separated, sum 1."
+        ),
+    ] = None,
+    epsilon: Annotated[float, typer.Option(help="ε ≥ 1, the scaling factor of ce (Díaz-Rodríguez eq. 7).")] = 1.0,
+    baseline: Annotated[
+        Path | None, typer.Option(help="Baseline log over the same classes: adds class_regression and per-class deltas.")
+    ] = None,
+    confidence: Annotated[float, typer.Option(help="Confidence level of the Wilson bounds (mica_lcb).")] = 0.95,
+) -> None:
+    """Compute every clgate metric of one evaluation log, or of several runs of one job."""
+    from clgate.metrics import compute_metrics, compute_runs
+
+    windows = tuple(window) if window else (10, 100)
+    if any(w < 2 for w in windows):
+        fail(f"--window: windows must be at least 2 evaluation points, got {min(windows)}")
+    if not 0 < confidence < 1:
+        fail(f"--confidence: must be strictly between 0 and 1, got {confidence}")
+    loaded = load_logs(logs)
+    base = load_logs([baseline])[0] if baseline else None
+    options: dict[str, Any] = dict(
+        task_accuracy=task_accuracy.value,
+        windows=windows,
+        weights=parse_weights(weights),
+        epsilon=epsilon,
+        baseline=base,
+        confidence=confidence,
+    )
+    try:
+        result = compute_metrics(loaded[0], **options) if len(loaded) == 1 else compute_runs(loaded, **options)
+    except ValueError as exc:  # options the data cannot honour (weights, baseline over other classes …)
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+        return
+    print_result(result, [str(p) for p in logs])
+
+
+def schema_command(
+    name: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCHEMAS)}.", show_default=False)],
+) -> None:
+    """Print the JSON Schema of a clgate document (evaluation log, metrics, job, policy, decision)."""
+    import importlib
+
+    if name not in SCHEMAS:
+        fail(f"unknown schema {name!r}; choose one of: {', '.join(SCHEMAS)}")
+    module_name, attribute = SCHEMAS[name].split(":")
+    try:
+        model = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError):
+        fail(f"schema {name!r} is not available in this version of clgate")
+    typer.echo(json.dumps(model.model_json_schema(), indent=2))
+
+
+# ---------------------------------------------------------------------- rendering
+def fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def _arrow(metric_id: str) -> str:
+    from clgate.metrics import metric_info
+
+    try:
+        return "↑" if metric_info(metric_id).higher_is_better else "↓"
+    except KeyError:
+        return ""
+
+
+def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> "Table":
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    for k in range(n_tasks):
+        table.add_column(f"task {k + 1}", justify="right")
+    for metric_id, value in metrics.items():
+        if isinstance(value, list):
+            table.add_row(f"{metric_id} {_arrow(metric_id)}", *(fmt(v) for v in value))
+    return table
+
+
+def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from schemas.metrics import MetricsResult
+
+    console = Console()
+    if isinstance(result, MetricsResult):
+        console.print(f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {result.n_classes} classes, "
+                      f"task accuracy {result.task_accuracy}")
+        console.print(_per_task_table("Per-task metrics", result.metrics, result.n_tasks))
+        scalars = Table(title="Scalar metrics", title_justify="left")
+        scalars.add_column("metric")
+        scalars.add_column("value", justify="right")
+        scalars.add_column("note")
+        for metric_id, value in result.metrics.items():
+            if not isinstance(value, list):
+                scalars.add_row(f"{metric_id} {_arrow(metric_id)}", fmt(value), result.reasons.get(metric_id, ""))
+        console.print(scalars)
+        nulls = {k: v for k, v in result.reasons.items() if isinstance(result.metrics.get(k), list)}
+        for metric_id, reason in nulls.items():
+            console.print(f"[dim]{metric_id}: {reason}[/]")
+        if result.class_deltas is not None:
+            deltas = Table(title="Per-class final accuracy vs baseline", title_justify="left")
+            for column in ("class", "final", "Δ vs baseline"):
+                deltas.add_column(column, justify="right" if column != "class" else "left")
+            for stats, delta in zip(result.classes, result.class_deltas):
+                deltas.add_row(stats.name, fmt(stats.final_accuracy), "—" if delta is None else f"{delta:+.4f}")
+            console.print(deltas)
+        return
+
+    n_tasks = result.runs[0].n_tasks
+    console.print(f"[bold]{len(result.runs)} runs[/] ({', '.join(sources)}): {n_tasks} tasks; per-task values are means")
+    console.print(_per_task_table("Per-task metrics (mean over runs)", result.metrics, n_tasks))
+    scalars = Table(title="Scalar metrics over runs", title_justify="left")
+    scalars.add_column("metric")
+    for i, run in enumerate(result.runs):
+        seed = run.meta.get("seed")
+        scalars.add_column(f"run {i}" + (f" (seed {seed})" if seed is not None else ""), justify="right")
+    for column in ("mean", "std", "worst"):
+        scalars.add_column(column, justify="right")
+    for metric_id, aggregate in result.aggregates.items():
+        if isinstance(aggregate.mean, list):
+            continue
+        per_run = [fmt(run.metrics.get(metric_id)) for run in result.runs]
+        scalars.add_row(f"{metric_id} {_arrow(metric_id)}", *per_run, fmt(aggregate.mean), fmt(aggregate.std), fmt(aggregate.worst))
+    console.print(scalars)
+    if "cl_stability" in result.metrics:
+        console.print(f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    app.command("metrics")(metrics_command)
+    app.command("schema")(schema_command)
