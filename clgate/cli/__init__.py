@@ -42,4 +42,20 @@ _register()
 
 
 def main() -> None:
-    app()
+    """Console entry point. Exit codes: 0 ok, 1 gate FAIL, 2 invalid input or usage, 3 internal error."""
+    import os
+    import sys
+
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a short message and exit 3
+        if os.environ.get("CLGATE_DEBUG"):
+            raise
+        sys.stderr.write(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "this is a bug in clgate; rerun with CLGATE_DEBUG=1 for the traceback\n"
+        )
+        sys.exit(3)
