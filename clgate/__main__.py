@@ -1,0 +1,5 @@
+"""``python -m clgate`` = the ``clgate`` command."""
+
+from clgate.cli import main
+
+main()
