@@ -1,0 +1,51 @@
+"""FMECA worksheet rows: each class is a failure mode, "class X misclassified".
+
+S (severity) and D (detection) come from the policy; O (occurrence) from the measured error rate
+through the policy's occurrence scale, both for the final error and for the worst error after the class
+was learned (the stability gap). RPN = S × O × D; the action priority comes from the policy's table.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FMECA_FORMAT = "clgate.fmeca/v1"
+
+
+class FmecaRow(BaseModel):
+    """One failure mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    class_id: int
+    class_name: str
+    task: int = Field(description="1-based task that introduces the class.")
+    mode: str = Field(description='"class X misclassified".')
+    severity: int
+    detection: int
+    final_error: float | None = Field(description="1 - final accuracy (upper bound with wilson95).")
+    worst_error: float | None = Field(description="1 - lowest accuracy after learned (final if none).")
+    worst_iteration: int | None = None
+    seed: int | str | None = Field(None, description="Seed of the run that gave the worst error.")
+    occurrence_final: int
+    occurrence_worst: int
+    rpn_final: int
+    rpn_worst: int
+    priority_final: Literal["High", "Medium", "Low"]
+    priority_worst: Literal["High", "Medium", "Low"]
+
+
+class FmecaWorksheet(BaseModel):
+    """All failure modes, sorted by priority then RPN (worst first), and the S × O criticality matrix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["clgate.fmeca/v1"] = FMECA_FORMAT
+    rows: list[FmecaRow]
+    matrix: list[list[int]] = Field(
+        description="matrix[10 - S][O - 1] = number of modes with severity S and worst occurrence O."
+    )
+    over_runs: Literal["mean", "worst"] = "worst"
+    bound: Literal["point", "wilson95"] = "point"
