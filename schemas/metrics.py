@@ -42,13 +42,25 @@ class MetricsResult(BaseModel):
     reasons: dict[str, str] = Field(
         default_factory=dict, description="id → why the metric is null (needs not met)."
     )
-    evidence: dict[str, list[dict] | dict] = Field(
+    evidence: dict[str, list[dict | None] | dict] = Field(
         default_factory=dict,
-        description="id → where the value came from (task, class, iteration), per task or for the scalar.",
+        description=(
+            "id → where the value came from: a list of K entries (null where undefined) for per-task "
+            "metrics, an object for scalars. Keys: class (id), class_name, task (1-based, as in the log), "
+            "point (0-based index into the log's points), iteration, value."
+        ),
+    )
+    notes: dict[str, str] = Field(
+        default_factory=dict,
+        description="id (or 'partial') → caveat about a value that is computed (e.g. task-end-only logs).",
     )
     task_accuracy: Literal["macro", "micro"] = "macro"
     windows: list[int] = Field(default_factory=lambda: [10, 100])
     confidence: float = 0.95
+    weights: list[float] | None = Field(
+        None, description="cl_score weights over a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce."
+    )
+    epsilon: float = Field(1.0, description="CE scaling factor ε (Díaz-Rodríguez eq. 7).")
     n_tasks: int
     n_classes: int
     finished_tasks: int

@@ -1,0 +1,255 @@
+"""The numpy tensors every metric reads, derived once from an :class:`~schemas.EvaluationLog`.
+
+Notation of ``shared/spec/evaluation-log.md``: ``P`` evaluation points, ``C`` classes, ``K`` tasks,
+``F`` finished tasks (``F = K`` unless the log is ``partial``). Positions are 0-based; accuracies are
+fractions in [0, 1]; ``NaN`` marks "not evaluated / undefined".
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from statistics import NormalDist
+from typing import Any, Literal
+
+import numpy as np
+
+from schemas.evaluation_log import EvaluationLog
+
+TaskAccuracy = Literal["macro", "micro"]
+
+
+def wilson_interval(correct: Any, total: Any, *, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of a binomial proportion ``correct / total`` (element-wise).
+
+    With ``p = correct / n`` and ``z`` the normal quantile of ``(1 + confidence) / 2``::
+
+        centre = (p + z²/2n) / (1 + z²/n)
+        half   = z / (1 + z²/n) · sqrt(p(1 - p)/n + z²/4n²)
+
+    Source: E. B. Wilson, JASA 1927. Entries with ``total == 0`` are ``NaN``.
+
+    >>> lo, hi = wilson_interval(8, 10)
+    >>> round(float(lo), 4), round(float(hi), 4)
+    (0.4902, 0.9433)
+    >>> np.round(wilson_interval([0, 5], [0, 5], confidence=0.9)[0], 4).tolist()
+    [nan, 0.6489]
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: must be strictly between 0 and 1, got {confidence!r}")
+    k = np.asarray(correct, dtype=float)
+    n = np.asarray(total, dtype=float)
+    if np.any(k < 0) or np.any(k > n):
+        raise ValueError("correct/total: counts must satisfy 0 ≤ correct ≤ total")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
+    evaluated = n > 0
+    n_safe = np.where(evaluated, n, 1.0)
+    p = k / n_safe
+    z2n = z * z / n_safe
+    denom = 1.0 + z2n
+    centre = (p + z2n / 2.0) / denom
+    half = z / denom * np.sqrt(p * (1.0 - p) / n_safe + z2n / (4.0 * n_safe))
+    lo = np.where(evaluated, np.clip(centre - half, 0.0, 1.0), np.nan)
+    hi = np.where(evaluated, np.clip(centre + half, 0.0, 1.0), np.nan)
+    return lo, hi
+
+
+def task_accuracy_matrix(
+    class_acc: np.ndarray,
+    tasks: list[np.ndarray],
+    *,
+    correct: np.ndarray | None = None,
+    total: np.ndarray | None = None,
+    mode: TaskAccuracy = "macro",
+) -> np.ndarray:
+    """Task accuracy ``A_p(j)`` at every point (``P × K``), ``NaN`` where a class of task j was not evaluated.
+
+    ``macro`` (default, Konaté et al. eq. 2): mean of the class accuracies of task j.
+    ``micro``: pooled counts, ``Σ correct / Σ total`` over the classes of task j (needs counts).
+
+    >>> acc = np.array([[1.0, 0.5, np.nan], [0.8, 0.4, 0.3]])
+    >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])]).round(4).tolist()
+    [[0.75, nan], [0.6, 0.3]]
+    >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])], mode="micro",
+    ...     correct=np.array([[9, 1, 0], [8, 4, 3]]), total=np.array([[9, 2, 0], [10, 10, 10]])).round(4).tolist()
+    [[0.9091, nan], [0.6, 0.3]]
+    """
+    order = np.concatenate(tasks)
+    sizes = np.array([len(t) for t in tasks])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    if class_acc.shape[0] == 0:
+        return np.zeros((0, len(tasks)))
+    if mode == "macro":
+        return np.add.reduceat(class_acc[:, order], starts, axis=1) / sizes
+    if mode == "micro":
+        if correct is None or total is None:
+            raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
+        c = np.add.reduceat(correct[:, order], starts, axis=1).astype(float)
+        t = np.add.reduceat(total[:, order], starts, axis=1).astype(float)
+        missing = np.add.reduceat(total[:, order] == 0, starts, axis=1) > 0
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
+    raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class LogArrays:
+    """Tensors derived once from a validated log; every metric is a function of these.
+
+    ``class_acc`` is ``P × C`` (``NaN`` = not evaluated), ``correct``/``total`` the counts (``None``
+    when any point carries ``accuracy`` instead), ``task_acc`` the ``P × K`` task accuracy (macro or
+    micro), ``R`` the ``K × K`` task-end task-accuracy matrix and ``r`` the ``K × C`` task-end class
+    accuracies (rows of unfinished tasks are ``NaN``; ``R[i, j]`` for ``j > i`` only where future tasks
+    were evaluated).
+
+    >>> from schemas import EvaluationLog
+    >>> log = EvaluationLog.parse({"tasks": [[0], [1, 2]], "points": [
+    ...     {"iteration": 5, "task": 1, "task_end": True, "accuracy": [0.9, None, None]},
+    ...     {"iteration": 9, "task": 2, "task_end": True, "accuracy": [0.5, 0.8, 0.6]}]})
+    >>> a = LogArrays.from_log(log)
+    >>> a.n_tasks, a.n_classes, a.finished_tasks, a.task_end_idx.tolist()
+    (2, 3, 2, [0, 1])
+    >>> a.R.round(4).tolist()
+    [[0.9, nan], [0.5, 0.7]]
+    """
+
+    n_tasks: int
+    n_classes: int
+    finished_tasks: int
+    tasks: list[np.ndarray]
+    class_task: np.ndarray
+    task_sizes: np.ndarray
+    iterations: np.ndarray
+    point_task: np.ndarray
+    task_end_idx: np.ndarray
+    task_start_idx: np.ndarray
+    class_acc: np.ndarray
+    correct: np.ndarray | None
+    total: np.ndarray | None
+    task_acc: np.ndarray
+    R: np.ndarray
+    r: np.ndarray
+    task_accuracy: TaskAccuracy = "macro"
+    class_names: list[str] = field(default_factory=list)
+    resources: dict[str, np.ndarray] | None = None
+    partial: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_log(cls, log: EvaluationLog, *, task_accuracy: TaskAccuracy = "macro") -> "LogArrays":
+        """Build the tensors of a validated :class:`~schemas.EvaluationLog` (one pass over the points)."""
+        if task_accuracy not in ("macro", "micro"):
+            raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
+        n_classes, n_tasks = log.n_classes, log.n_tasks
+        points = log.points
+        n_points = len(points)
+        tasks = [np.asarray(t, dtype=np.int64) for t in log.tasks]
+        class_task = np.empty(n_classes, dtype=np.int64)
+        for k, t in enumerate(tasks):
+            class_task[t] = k
+        iterations = np.fromiter((p.iteration for p in points), dtype=np.int64, count=n_points)
+        point_task = np.fromiter((p.task for p in points), dtype=np.int64, count=n_points) - 1
+        ends = np.fromiter((p.task_end for p in points), dtype=bool, count=n_points)
+        task_end_idx = np.flatnonzero(ends)
+        finished = len(task_end_idx)
+        # first point of each task's own training (-1 for tasks never trained in this log)
+        task_start_idx = np.full(n_tasks, -1, dtype=np.int64)
+        if n_points:
+            first = np.flatnonzero(np.r_[True, point_task[1:] != point_task[:-1]])
+            task_start_idx[point_task[first]] = first
+
+        with_counts = [p.correct is not None for p in points]
+        if all(with_counts):
+            correct = _matrix((p.correct for p in points), n_points, n_classes, np.int64)
+            total = _matrix((p.total for p in points), n_points, n_classes, np.int64)
+            class_acc = np.divide(correct, total, out=np.full(correct.shape, np.nan), where=total > 0)
+        elif not any(with_counts):
+            correct = total = None
+            class_acc = np.array([p.accuracy for p in points], dtype=float).reshape(n_points, n_classes)
+        else:
+            correct = total = None
+            class_acc = np.full((n_points, n_classes), np.nan)
+            for i, p in enumerate(points):  # mixed or accuracy-only logs: the accuracy list is the input
+                if p.correct is not None:
+                    t = np.asarray(p.total, dtype=float)
+                    class_acc[i] = np.divide(p.correct, t, out=np.full(n_classes, np.nan), where=t > 0)
+                else:
+                    class_acc[i] = np.array(p.accuracy, dtype=float)
+        resources = None
+        if log.resources is not None:
+            resources = {
+                name: np.array([getattr(r, name) for r in log.resources], dtype=float)
+                for name in ("model_params", "buffer_bytes", "train_bytes", "ops_train", "ops_pass")
+            }
+        names = list(log.class_names) if log.class_names else [str(c) for c in range(n_classes)]
+        base = cls(
+            n_tasks=n_tasks,
+            n_classes=n_classes,
+            finished_tasks=finished,
+            tasks=tasks,
+            class_task=class_task,
+            task_sizes=np.array([len(t) for t in tasks], dtype=np.int64),
+            iterations=iterations,
+            point_task=point_task,
+            task_end_idx=task_end_idx,
+            task_start_idx=task_start_idx,
+            class_acc=class_acc,
+            correct=correct,
+            total=total,
+            task_acc=np.zeros((0, n_tasks)),
+            R=np.zeros((0, 0)),
+            r=np.zeros((0, 0)),
+            class_names=names,
+            resources=resources,
+            partial=log.partial,
+            meta=dict(log.meta),
+        )
+        return base.with_task_accuracy(task_accuracy)
+
+    def with_task_accuracy(self, mode: TaskAccuracy) -> "LogArrays":
+        """The same log with ``task_acc`` and ``R`` recomputed as ``macro`` or ``micro``."""
+        if mode == self.task_accuracy and self.R.shape == (self.n_tasks, self.n_tasks):
+            return self
+        task_acc = task_accuracy_matrix(self.class_acc, self.tasks, correct=self.correct, total=self.total, mode=mode)
+        K, F = self.n_tasks, self.finished_tasks
+        R = np.full((K, K), np.nan)
+        r = np.full((K, self.n_classes), np.nan)
+        R[:F] = task_acc[self.task_end_idx]
+        r[:F] = self.class_acc[self.task_end_idx]
+        return replace(self, task_acc=task_acc, R=R, r=r, task_accuracy=mode)
+
+    # ------------------------------------------------------------------ derived, cheap
+    @property
+    def n_points(self) -> int:
+        return len(self.iterations)
+
+    @property
+    def horizon(self) -> int:
+        """Number of points the metrics read: up to and including the last finished task end."""
+        return int(self.task_end_idx[-1]) + 1 if self.finished_tasks else 0
+
+    @property
+    def has_counts(self) -> bool:
+        return self.correct is not None
+
+    @property
+    def classes_seen(self) -> np.ndarray:
+        """``C_k``: number of classes in tasks 1 … k, for every k (length K)."""
+        return np.cumsum(self.task_sizes)
+
+    @property
+    def continual(self) -> bool:
+        """Whether any evaluation point lies strictly between task ends (within the horizon)."""
+        return self.horizon > self.finished_tasks
+
+    def class_lcb(self, *, confidence: float = 0.95) -> np.ndarray | None:
+        """Wilson lower bounds of every class accuracy (``P × C``), or ``None`` without counts."""
+        if self.correct is None or self.total is None:
+            return None
+        return wilson_interval(self.correct, self.total, confidence=confidence)[0]
+
+
+def _matrix(rows: Any, n_rows: int, n_cols: int, dtype: Any) -> np.ndarray:
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype, count=n_rows * n_cols)
+    return flat.reshape(n_rows, n_cols)

@@ -1,0 +1,192 @@
+"""The metric registry: one stable id, one definition, one direction.
+
+Policies, reports and Prometheus read this registry instead of guessing what a metric means. Fixed ids
+live in :data:`REGISTRY`; the windowed families ``wf{w}`` and ``wp{w}`` (any window ``w ≥ 2``) are
+resolved by :func:`metric_info`.
+
+>>> metric_info("mica").higher_is_better
+True
+>>> metric_info("wf25").range
+(0.0, 1.0)
+>>> sorted(metric_info("cl_stability").needs)
+['future_tasks', 'resources', 'runs']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
+NEEDS: frozenset[str] = frozenset({"counts", "future_tasks", "resources", "runs", "baseline", "continual"})
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a metric id means.
+
+    ``needs`` lists what the metric reads beyond the task-end class accuracies. ``counts``,
+    ``future_tasks``, ``resources``, ``runs`` and ``baseline`` are hard needs: without them the metric
+    is ``null`` and ``MetricsResult.reasons`` says why. ``continual`` marks metrics that read every
+    evaluation point (the stability gap lives between task ends); on a log evaluated only at task ends
+    they are still computed, from the task ends, and ``MetricsResult.notes`` says so.
+    """
+
+    id: str
+    name: str
+    source: str
+    shape: Literal["per_task", "scalar"]
+    range: tuple[float, float]
+    higher_is_better: bool
+    needs: frozenset[str]
+    description: str
+
+    @property
+    def hard_needs(self) -> frozenset[str]:
+        """Needs without which the value is null (all but ``continual``)."""
+        return self.needs - {"continual"}
+
+
+def _info(
+    id: str,
+    name: str,
+    source: str,
+    shape: Literal["per_task", "scalar"],
+    range: tuple[float, float],
+    higher_is_better: bool,
+    needs: Sequence[str],
+    description: str,
+) -> MetricInfo:
+    unknown = set(needs) - NEEDS
+    assert not unknown, unknown
+    return MetricInfo(id, name, source, shape, (float(range[0]), float(range[1])), higher_is_better, frozenset(needs), description)
+
+
+KONATE = "Konaté et al., IJCNN 2023"
+MICHEL = "Michel et al., MIRU 2023"
+DIAZ = "Díaz-Rodríguez et al., 2018"
+DELANGE = "De Lange et al., ICLR 2023"
+
+_ENTRIES = [
+    _info("acc", "Average accuracy", f"{KONATE}, eq. 3 (= {MICHEL} AA_k, def. 3.1; {DELANGE} ACC)",
+          "per_task", (0, 1), True, [], "Mean task accuracy over the tasks seen so far, at each task end."),
+    _info("mica", "Minimal incremental class accuracy", f"{KONATE}, eq. 5",
+          "per_task", (0, 1), True, [], "Accuracy of the worst class seen so far, at each task end."),
+    _info("mica_old", "MICA on old classes", f"{KONATE}, §III-A",
+          "per_task", (0, 1), True, [], "Worst class among the classes of earlier tasks, at each task end."),
+    _info("wamica", "Weighted average MICA", f"{KONATE}, eqs. 6-7",
+          "scalar", (0, 1), True, [], "Mean MICA over tasks, penalised by its spread (1 - (max - min))."),
+    _info("af", "Average forgetting", f"{MICHEL}, def. 3.2",
+          "per_task", (-1, 1), False, [], "Mean drop of each old task from its best task-end accuracy."),
+    _info("raa", "Rescaled average accuracy", f"{MICHEL}, def. 4.2 / prop. 4.3",
+          "per_task", (0, 1), True, [], "Average accuracy rescaled by the difficulty (number of classes) of the task."),
+    _info("raf", "Rescaled average forgetting", f"{MICHEL}, defs. 4.1-4.2 / prop. 4.4",
+          "per_task", (-1, 1), False, [], "Average forgetting relative to a random classifier's, normalised."),
+    _info("bwt", "Backward transfer", f"Lopez-Paz & Ranzato 2017, as in {DIAZ} §3",
+          "scalar", (-1, 1), True, [], "Mean change of each old task from its own task end to the last task end."),
+    _info("a_lifetime", "Lifetime accuracy", f"{DIAZ}, eq. 2",
+          "scalar", (0, 1), True, [], "Mean of the task-end accuracy matrix on and below the diagonal."),
+    _info("bwt_lifetime", "Lifetime backward transfer", f"{DIAZ}, eq. 3",
+          "scalar", (-1, 1), True, [], "Mean change of every old task at every later task end."),
+    _info("rem", "Remembering", f"{DIAZ}, §3 (REM)",
+          "scalar", (0, 1), True, [], "1 - |min(bwt_lifetime, 0)|: how much is not forgotten."),
+    _info("bwt_plus", "Positive backward transfer", f"{DIAZ}, §3 (BWT+)",
+          "scalar", (0, 1), True, [], "max(bwt_lifetime, 0): improvement of old tasks."),
+    _info("fwt_lifetime", "Lifetime forward transfer", f"{DIAZ}, eq. 4",
+          "scalar", (0, 1), True, ["future_tasks"], "Mean accuracy on future tasks before they are trained."),
+    _info("ms", "Model size efficiency", f"{DIAZ}, eq. 5",
+          "scalar", (0, 1), True, ["resources"], "How little the model grows: mean of params_1 / params_i."),
+    _info("sss", "Samples storage size efficiency", f"{DIAZ}, eq. 6",
+          "scalar", (0, 1), True, ["resources"], "1 - replay memory relative to all training data."),
+    _info("ce", "Computational efficiency", f"{DIAZ}, eq. 7",
+          "scalar", (0, 1), True, ["resources"], "Mean of ε · ops of one pass / ops spent learning each task."),
+    _info("cl_score", "CL score", f"{DIAZ}, eq. 8",
+          "scalar", (0, 1), True, ["resources", "future_tasks"],
+          "Weighted sum of the 7 criteria a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce."),
+    _info("cl_stability", "CL stability", f"{DIAZ}, eq. 9",
+          "scalar", (0, 1), True, ["runs", "resources", "future_tasks"],
+          "1 - weighted sum of the criteria's standard deviations over runs."),
+    _info("forg", "Forgetting", f"{DELANGE}, §3.1 (Chaudhry et al. 2018)",
+          "per_task", (-1, 1), False, [], "Mean drop of each old task from its own task end."),
+    _info("min_acc", "Minimum accuracy", f"{DELANGE}, eq. 2",
+          "per_task", (0, 1), True, ["continual"],
+          "Mean over old tasks of the lowest accuracy seen after the task was learned."),
+    _info("wc_acc", "Worst-case accuracy", f"{DELANGE}, eq. 6",
+          "scalar", (0, 1), True, ["continual"],
+          "Current-task accuracy weighted with min-ACC of the old tasks, at the last task end."),
+    _info("min_class_acc", "Worst class at its worst moment", f"clgate extension ({KONATE} eq. 5 × {DELANGE} eq. 2)",
+          "per_task", (0, 1), True, ["continual"],
+          "Lowest accuracy any old class reached after its own task ended."),
+    _info("mica_lcb", "MICA on Wilson lower bounds", f"clgate extension ({KONATE} eq. 5; Wilson 1927)",
+          "per_task", (0, 1), True, ["counts"], "MICA computed on the lower confidence bounds of class accuracies."),
+    _info("class_regression", "Worst class regression", "clgate extension",
+          "scalar", (-1, 1), False, ["baseline"],
+          "Largest drop of a class's final accuracy from the baseline to this run."),
+]
+
+REGISTRY: dict[str, MetricInfo] = {m.id: m for m in _ENTRIES}
+"""Fixed metric ids → :class:`MetricInfo`, in output order. Windowed ids: :func:`metric_info`."""
+
+WINDOWED: dict[str, MetricInfo] = {
+    "wf": _info("wf{w}", "Windowed forgetting", f"{DELANGE}, eqs. 3-4",
+                "scalar", (0, 1), False, ["continual"],
+                "Largest drop of a task's accuracy within any w consecutive evaluations, mean over tasks."),
+    "wp": _info("wp{w}", "Windowed plasticity", f"{DELANGE}, eq. 5 and appendix eq. 10",
+                "scalar", (0, 1), True, ["continual"],
+                "Largest rise of a task's accuracy within any w consecutive evaluations, mean over tasks."),
+}
+"""Families of windowed metrics, keyed by prefix; their ``id`` holds the template ``wf{w}``."""
+
+_WINDOWED_ID = re.compile(r"^(wf|wp)([0-9]+)$")
+
+CL_CRITERIA: tuple[str, ...] = ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime", "ms", "sss", "ce")
+"""The criteria of cl_score / cl_stability, in the order of the spec (weights follow this order)."""
+
+
+def check_window(window: int) -> int:
+    """Validate one window length (evaluation points); returns it as ``int``."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        raise ValueError(f"windows: a window counts evaluation points and must be an integer ≥ 2, got {window!r}")
+    return window
+
+
+def metric_info(metric_id: str) -> MetricInfo:
+    """The :class:`MetricInfo` of a fixed id or of a windowed id such as ``wf10`` or ``wp7``.
+
+    Raises :class:`KeyError` with the known ids for anything else.
+
+    >>> metric_info("wp7").id, metric_info("wp7").name
+    ('wp7', 'Windowed plasticity (w = 7)')
+    >>> metric_info("accuracy")
+    Traceback (most recent call last):
+    ...
+    KeyError: "unknown metric id 'accuracy'; known ids: acc, mica, ..."
+    """
+    if metric_id in REGISTRY:
+        return REGISTRY[metric_id]
+    match = _WINDOWED_ID.match(metric_id) if isinstance(metric_id, str) else None
+    if match and int(match.group(2)) >= 2 and not match.group(2).startswith("0"):
+        family = WINDOWED[match.group(1)]
+        w = int(match.group(2))
+        return replace(family, id=metric_id, name=f"{family.name} (w = {w})")
+    known = ", ".join(REGISTRY)
+    raise KeyError(
+        f"unknown metric id {metric_id!r}; known ids: {known}, and wf{{w}} / wp{{w}} for a window w ≥ 2 (e.g. wf10)"
+    )
+
+
+def metric_ids(windows: Sequence[int] = (10, 100)) -> list[str]:
+    """All ids :func:`~clgate.metrics.compute_metrics` reports for these windows, in output order.
+
+    >>> metric_ids((10,))[-4:]
+    ['wf10', 'wp10', 'mica_lcb', 'class_regression']
+    """
+    ids: list[str] = []
+    for metric_id in REGISTRY:
+        if metric_id == "mica_lcb":
+            for w in windows:
+                ids += [f"wf{w}", f"wp{w}"]
+        ids.append(metric_id)
+    return ids
