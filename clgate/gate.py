@@ -1,0 +1,55 @@
+"""The gate, end to end: logs + policy (+ baseline) → decision (+ the report files).
+
+Both the CLI (``clgate gate``, ``clgate demo``) and the service workers call :func:`gate_logs`; the
+decision itself is :func:`clgate.policy.decide` (pure), the files come from :mod:`clgate.reports`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clgate.policy import Policy, evaluate
+from schemas.decision import Decision
+from schemas.evaluation_log import EvaluationLog
+from schemas.metrics import MetricsResult, RunsResult
+
+__all__ = ["GateResult", "gate_logs"]
+
+
+@dataclass
+class GateResult:
+    """The decision, the metrics it was made from, and the files written (empty without ``out_dir``)."""
+
+    decision: Decision
+    metrics: RunsResult | None = None
+    baseline_metrics: MetricsResult | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return self.decision.verdict
+
+
+def gate_logs(
+    logs: Sequence[EvaluationLog],
+    policy: Policy,
+    *,
+    baseline: EvaluationLog | None = None,
+    out_dir: Path | None = None,
+    provenance: dict | None = None,
+) -> GateResult:
+    """Decide on ``logs`` (several logs = several seeds of one job) and, with ``out_dir``, write
+    ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``.
+    """
+    ev = evaluate(logs, policy, baseline=baseline, provenance=provenance)
+    result = GateResult(ev.decision, ev.metrics, ev.baseline_metrics)
+    if out_dir is not None:
+        from clgate.reports import write_reports
+
+        result.files = write_reports(
+            ev.decision, Path(out_dir), metrics=ev.metrics, baseline_metrics=ev.baseline_metrics,
+            logs=list(logs), policy=policy,
+        )
+    return result

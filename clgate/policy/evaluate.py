@@ -1,0 +1,469 @@
+"""Evaluating a policy: rule results from metrics results, then the verdict.
+
+Pure: metrics results and schema objects in, a :class:`~schemas.decision.Decision` out. Semantics:
+
+- A ``floor`` passes when ``value >= floor``, a ``ceiling`` when ``value <= ceiling``; equality passes
+  (within ``TOLERANCE``, so that 0.8 computed as 0.7999999999999999 still meets a floor of 0.8).
+- ``at``: ``final`` judges the last task; ``task:N`` task N (1-based); ``worst`` the least favourable
+  task; ``all`` the same value, with every failing task listed in the evidence. Tasks where a metric
+  is undefined by its definition (forgetting at task 1) are skipped by ``worst``/``all``.
+- ``over_runs``: ``worst`` takes, per task, the least favourable run (its seed is the evidence);
+  ``mean`` the mean over runs. A value missing in any run cannot be averaged: the rule is an error.
+- A rule whose value cannot be computed (metric null, class unknown, no baseline …) has status
+  ``error``; any error makes the verdict ERROR. Never a silent pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clgate.fmeca import build_worksheet, unknown_rated_classes
+from schemas.decision import RuleResult
+from schemas.fmeca import FmecaWorksheet
+from schemas.metrics import ClassStats, MetricsResult
+from schemas.policy import (
+    PRIORITY_RANK,
+    BaselineRule,
+    ClassRule,
+    FmecaRule,
+    MetricRule,
+    parse_at,
+    rule_label,
+)
+
+TOLERANCE = 1e-9
+
+
+class RuleError(Exception):
+    """The rule cannot be evaluated on these inputs (becomes a status-``error`` result)."""
+
+
+@dataclass
+class _Judged:
+    value: float
+    threshold: float
+    comparison: str
+    margin: float
+    evidence: dict[str, Any]
+    message: str
+
+
+def _seed(result: MetricsResult, run: int) -> Any:
+    return result.meta.get("seed", run)
+
+
+def _fmt(x: float | None) -> str:
+    return "null" if x is None else f"{x:.4g}"
+
+
+def _task_evidence(result: MetricsResult, metric: str, pos: int | None) -> Any:
+    ev = result.evidence.get(metric)
+    if ev is None:
+        return None
+    if isinstance(ev, list):
+        if pos is not None and 0 <= pos < len(ev):
+            return ev[pos]
+        return None
+    return ev
+
+
+def _metric_series(result: MetricsResult, metric: str) -> tuple[list[float | None], bool]:
+    """(values, per_task): a scalar becomes a one-element series."""
+    if metric not in result.metrics:
+        raise RuleError(f"metric {metric!r} was not computed")
+    v = result.metrics[metric]
+    if isinstance(v, list):
+        return list(v), True
+    return [v], False
+
+
+def _null_reason(results: Sequence[MetricsResult], metric: str) -> str:
+    for r in results:
+        if metric in r.reasons:
+            return r.reasons[metric]
+    return "undefined for these inputs"
+
+
+def _combine(
+    runs: Sequence[MetricsResult], metric: str, over_runs: str, lower_is_worse: bool
+) -> tuple[list[float | None], list[int | None], bool]:
+    """Per task: the value over runs and the run that gave it (None for mean)."""
+    series = [_metric_series(r, metric) for r in runs]
+    per_task = series[0][1]
+    width = max(len(s[0]) for s in series)
+    values: list[float | None] = []
+    which: list[int | None] = []
+    for k in range(width):
+        col = [s[0][k] if k < len(s[0]) else None for s in series]
+        if any(v is None for v in col):
+            values.append(None)
+            which.append(None)
+        elif over_runs == "mean":
+            values.append(sum(col) / len(col))  # type: ignore[arg-type]
+            which.append(None)
+        else:
+            pick = min if lower_is_worse else max
+            j = pick(range(len(col)), key=lambda i: (col[i], i) if lower_is_worse else (col[i], -i))
+            values.append(col[j])
+            which.append(j)
+    return values, which, per_task
+
+
+def _margin(value: float, floor: float | None, ceiling: float | None) -> tuple[float, float, str]:
+    """(margin, threshold, comparison) of the tighter side."""
+    sides = []
+    if floor is not None:
+        sides.append((value - floor, floor, ">="))
+    if ceiling is not None:
+        sides.append((ceiling - value, ceiling, "<="))
+    return min(sides, key=lambda s: s[0])
+
+
+def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
+    metric = rule.metric
+    source = metric
+    if rule.bound == "wilson95":
+        from clgate.policy.model import LCB_METRICS
+
+        source = LCB_METRICS[metric]
+    # for a rule with a floor the low values are the bad ones; a pure ceiling: the high ones
+    lower_is_worse = rule.floor is not None
+    values, which, per_task = _combine(runs, source, rule.over_runs, lower_is_worse)
+    at, n = parse_at(rule.at)
+    k_total = len(values)
+    if not per_task:
+        candidates = [0]
+    elif at == "final":
+        candidates = [k_total - 1]
+    elif at == "task":
+        assert n is not None
+        if n > k_total:
+            raise RuleError(f"task:{n} does not exist (the log has {k_total} tasks)")
+        candidates = [n - 1]
+    else:
+        candidates = [k for k in range(k_total) if values[k] is not None]
+        if not candidates:
+            raise RuleError(f"{source} is null at every task: {_null_reason(runs, source)}")
+    judged = []
+    for k in candidates:
+        v = values[k]
+        if v is None:
+            where = f" at task {k + 1}" if per_task else ""
+            if rule.over_runs == "mean" and len(runs) > 1 and any(
+                _metric_series(r, source)[0][k] is not None for r in runs
+            ):
+                raise RuleError(f"{source} is null{where} in some runs: cannot average over runs")
+            raise RuleError(f"{source} is null{where}: {_null_reason(runs, source)}")
+        m, thr, cmp = _margin(v, rule.floor, rule.ceiling)
+        judged.append((m, k, v, thr, cmp))
+    m, k, v, thr, cmp = min(judged, key=lambda j: (j[0], j[1]))
+    run = which[k]
+    evidence: dict[str, Any] = {}
+    if per_task:
+        evidence["task"] = k + 1
+    if run is not None:
+        evidence["seed"] = _seed(runs[run], run)
+        evidence["run"] = run
+        detail = _task_evidence(runs[run], source, k if per_task else None)
+    else:
+        evidence["over_runs"] = "mean"
+        detail = _task_evidence(runs[0], source, k if per_task else None) if len(runs) == 1 else None
+    if detail is not None:
+        evidence["detail"] = detail
+    if at == "all":
+        failing = [j[1] + 1 for j in judged if j[0] < -TOLERANCE]
+        evidence["failing_tasks"] = failing
+    where = f" at task {k + 1}" if per_task else ""
+    seed = f", seed {evidence['seed']}" if "seed" in evidence and len(runs) > 1 else ""
+    ok = m >= -TOLERANCE
+    message = f"{source}{where}{seed} = {_fmt(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
+    return _Judged(v, thr, cmp, m, evidence, message)
+
+
+def _select_classes(rule: ClassRule, classes: Sequence[ClassStats]) -> list[int]:
+    if rule.classes == "*":
+        return list(range(len(classes)))
+    by_name = {c.name: i for i, c in enumerate(classes)}
+    picked: list[int] = []
+    unknown: list[str] = []
+    for ref in rule.classes:
+        if isinstance(ref, str) and ref in by_name:
+            picked.append(by_name[ref])
+        elif isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+            c = int(ref)
+            if 0 <= c < len(classes):
+                picked.append(c)
+            else:
+                unknown.append(str(ref))
+        else:
+            unknown.append(repr(ref))
+    if unknown:
+        names = ", ".join(c.name for c in classes[:12]) + (" …" if len(classes) > 12 else "")
+        raise RuleError(f"unknown class(es) {', '.join(unknown)} (the log's classes: {names})")
+    return sorted(set(picked))
+
+
+def _class_value(stats: ClassStats, at: str, bound: str) -> tuple[float | None, int | None]:
+    if at == "final":
+        return (stats.final_lcb if bound == "wilson95" else stats.final_accuracy), None
+    value = stats.min_after_learned_lcb if bound == "wilson95" else stats.min_after_learned
+    return value, stats.min_after_learned_iteration
+
+
+def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
+    classes = runs[0].classes
+    if not classes:
+        raise RuleError("no per-class statistics in the metrics result")
+    picked = _select_classes(rule, classes)
+    n_tasks = runs[0].n_tasks
+    rows = []  # (value, class, run, iteration)
+    skipped = []
+    for c in picked:
+        vals = [_class_value(r.classes[c], rule.at, rule.bound) for r in runs]
+        if any(v is None for v, _ in vals):
+            stats = classes[c]
+            if rule.at == "min_after_learned" and stats.task == n_tasks and rule.classes == "*":
+                skipped.append(stats.name)  # learned last: no point after its task end
+                continue
+            if rule.bound == "wilson95" and all(
+                _class_value(r.classes[c], rule.at, "point")[0] is not None for r in runs
+            ):
+                raise RuleError(f"class {stats.name!r}: wilson95 needs correct/total counts in the log")
+            if rule.at == "min_after_learned" and stats.task == n_tasks:
+                raise RuleError(
+                    f"class {stats.name!r} is learned in the last task: it has no evaluation after its task ended"
+                )
+            raise RuleError(f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)")
+        if rule.over_runs == "mean":
+            rows.append((sum(v for v, _ in vals) / len(vals), c, None, None))  # type: ignore[misc]
+        else:
+            j = min(range(len(vals)), key=lambda i: (vals[i][0], i))
+            rows.append((vals[j][0], c, j, vals[j][1]))
+    if not rows:
+        raise RuleError("no class has a value to judge (every selected class is learned in the last task)")
+    value, c, run, iteration = min(rows, key=lambda r: (r[0], r[1]))
+    stats = classes[c]
+    margin = value - rule.floor
+    failing = [
+        {"class": classes[r[1]].id, "name": classes[r[1]].name, "value": r[0]}
+        for r in sorted(rows, key=lambda r: (r[0], r[1]))
+        if r[0] - rule.floor < -TOLERANCE
+    ]
+    evidence: dict[str, Any] = {"class": stats.id, "class_name": stats.name, "class_task": stats.task}
+    if iteration is not None:
+        evidence["iteration"] = iteration
+    if run is not None:
+        evidence["seed"] = _seed(runs[run], run)
+        evidence["run"] = run
+    else:
+        evidence["over_runs"] = "mean"
+    evidence["classes_judged"] = len(rows)
+    if failing:
+        evidence["failing_classes"] = failing
+    if skipped:
+        evidence["skipped_last_task"] = skipped
+    what = "final accuracy" if rule.at == "final" else "lowest accuracy after learned"
+    bound = " (95 % lower bound)" if rule.bound == "wilson95" else ""
+    at_iter = f" at iteration {iteration}" if iteration is not None else ""
+    ok = margin >= -TOLERANCE
+    message = (
+        f"worst class {stats.name!r}: {what}{bound} {_fmt(value)}{at_iter} "
+        f"({'meets' if ok else 'violates'} >= {rule.floor:g}"
+        + (f"; {len(failing)} class(es) below" if failing else "")
+        + ")"
+    )
+    return _Judged(value, rule.floor, ">=", margin, evidence, message)
+
+
+def _judge_baseline(
+    rule: BaselineRule, runs: Sequence[MetricsResult], base: MetricsResult | None, higher_is_better: bool | None
+) -> _Judged:
+    if base is None:
+        raise RuleError("needs a baseline run (--baseline LOG)")
+    if rule.baseline == "classes":
+        if len(base.classes) != len(runs[0].classes) or any(
+            a.name != b.name for a, b in zip(base.classes, runs[0].classes)
+        ):
+            raise RuleError("the baseline's classes differ from the candidate's")
+        drops = []
+        for c, b in enumerate(base.classes):
+            cand = [r.classes[c].final_accuracy for r in runs]
+            if b.final_accuracy is None or any(v is None for v in cand):
+                raise RuleError(f"class {b.name!r}: final accuracy unknown in the candidate or the baseline")
+            if rule.over_runs == "mean":
+                v, run = sum(cand) / len(cand), None  # type: ignore[arg-type]
+            else:
+                run = min(range(len(cand)), key=lambda i: (cand[i], i))  # type: ignore[arg-type]
+                v = cand[run]
+            drop = b.final_accuracy - v  # type: ignore[operator]
+            if rule.relative:
+                if b.final_accuracy == 0:
+                    drop = 0.0 if v == 0 else -math.inf
+                else:
+                    drop = drop / b.final_accuracy
+            drops.append((drop, c, run, b.final_accuracy, v))
+        drop, c, run, b_val, c_val = max(drops, key=lambda d: (d[0], -d[1]))
+        name = base.classes[c].name
+        evidence: dict[str, Any] = {"class": c, "class_name": name, "baseline": b_val, "candidate": c_val}
+        subject = f"class {name!r}"
+    else:
+        metric = rule.baseline
+        assert higher_is_better is not None
+        at, n = parse_at(rule.at)
+        vals, which, per_task = _combine(runs, metric, rule.over_runs, higher_is_better)
+        bvals, _, _ = _combine([base], metric, "mean", higher_is_better)
+        k = (len(vals) - 1) if at == "final" or not per_task else (n or 1) - 1
+        if k >= len(vals):
+            raise RuleError(f"task:{n} does not exist (the log has {len(vals)} tasks)")
+        c_val, b_val = vals[k], bvals[k] if k < len(bvals) else None
+        if c_val is None or b_val is None:
+            who = "candidate" if c_val is None else "baseline"
+            reason = _null_reason(runs if c_val is None else [base], metric)
+            raise RuleError(f"{metric} is null in the {who}: {reason}")
+        drop = (b_val - c_val) if higher_is_better else (c_val - b_val)
+        if rule.relative:
+            if b_val == 0:
+                raise RuleError(f"relative drop undefined: the baseline's {metric} is 0")
+            drop = drop / abs(b_val)
+        run = which[k]
+        evidence = {"baseline": b_val, "candidate": c_val}
+        if per_task:
+            evidence["task"] = k + 1
+        subject = metric + (f" at task {k + 1}" if per_task and at != "final" else "")
+    if run is not None:
+        evidence["seed"] = _seed(runs[run], run)
+        evidence["run"] = run
+    margin = rule.max_drop - drop
+    unit = " (relative)" if rule.relative else ""
+    ok = margin >= -TOLERANCE
+    message = (
+        f"{subject}: {_fmt(evidence['baseline'])} → {_fmt(evidence['candidate'])}, drop {_fmt(drop)}{unit} "
+        f"({'within' if ok else 'exceeds'} {rule.max_drop:g})"
+    )
+    return _Judged(drop, rule.max_drop, "<=", margin, evidence, message)
+
+
+def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
+    occ = rule.occurrence
+    if rule.fmeca == "priority":
+        floor_rank = PRIORITY_RANK[rule.fail_at]
+        hits = [r for r in sheet.rows if PRIORITY_RANK[getattr(r, f"priority_{occ}")] >= floor_rank]
+        evidence: dict[str, Any] = {
+            "modes": [
+                {"class": r.class_id, "class_name": r.class_name, "S": r.severity,
+                 "O": getattr(r, f"occurrence_{occ}"), "D": r.detection,
+                 "rpn": getattr(r, f"rpn_{occ}"), "priority": getattr(r, f"priority_{occ}")}
+                for r in hits[:10]
+            ],
+            "occurrence": occ,
+        }
+        if hits:
+            evidence["class"] = hits[0].class_id
+            evidence["class_name"] = hits[0].class_name
+        level = rule.fail_at + (" or High" if rule.fail_at == "Medium" else "")
+        names = ", ".join(repr(r.class_name) for r in hits[:5]) + (" …" if len(hits) > 5 else "")
+        message = (
+            f"{len(hits)} failure mode(s) with {level} action priority ({occ} occurrence)"
+            + (f": {names}" if hits else "")
+        )
+        return _Judged(float(len(hits)), 0.0, "<=", float(-len(hits)), evidence, message)
+    assert rule.limit is not None
+    top = max(sheet.rows, key=lambda r: (getattr(r, f"rpn_{occ}"), -r.class_id))
+    rpn = getattr(top, f"rpn_{occ}")
+    over = [r for r in sheet.rows if getattr(r, f"rpn_{occ}") >= rule.limit]
+    evidence = {
+        "class": top.class_id, "class_name": top.class_name, "S": top.severity,
+        "O": getattr(top, f"occurrence_{occ}"), "D": top.detection, "occurrence": occ,
+        "modes_at_or_over_limit": len(over),
+    }
+    message = (
+        f"highest RPN {rpn} (class {top.class_name!r}, S={top.severity} O={evidence['O']} D={top.detection}); "
+        f"{len(over)} mode(s) at or over {rule.limit}"
+    )
+    # RPN is an integer: "RPN < limit" is "RPN <= limit - 1", so the margin is >= 0 exactly when it passes
+    return _Judged(float(rpn), float(rule.limit), "<", float(rule.limit - 1 - rpn), evidence, message)
+
+
+def evaluate_rules(
+    policy: Any,
+    runs: Sequence[MetricsResult],
+    *,
+    baseline: MetricsResult | None = None,
+    worksheet: FmecaWorksheet | None = None,
+    baseline_problem: str | None = None,
+) -> list[RuleResult]:
+    """One :class:`RuleResult` per rule of ``policy`` (a validated :class:`clgate.policy.Policy`)."""
+    from clgate.metrics import metric_info
+
+    results = []
+    for i, rule in enumerate(policy.rules):
+        label = rule_label(rule, i)
+        metric: str | None
+        if isinstance(rule, MetricRule):
+            metric = rule.metric
+        elif isinstance(rule, ClassRule):
+            metric = "class_accuracy"
+        elif isinstance(rule, BaselineRule):
+            metric = rule.baseline
+        else:
+            metric = f"fmeca.{rule.fmeca}"
+        base = dict(index=i, id=label, kind=rule.kind, metric=metric, severity=rule.severity)
+        try:
+            if isinstance(rule, MetricRule):
+                judged = _judge_metric(rule, runs)
+            elif isinstance(rule, ClassRule):
+                judged = _judge_class(rule, runs)
+            elif isinstance(rule, BaselineRule):
+                if baseline_problem:
+                    raise RuleError(baseline_problem)
+                hib = None if rule.baseline == "classes" else metric_info(rule.baseline).higher_is_better
+                judged = _judge_baseline(rule, runs, baseline, hib)
+            else:
+                if worksheet is None:
+                    raise RuleError("no FMECA worksheet (no per-class statistics)")
+                judged = _judge_fmeca(rule, worksheet)
+        except RuleError as exc:
+            results.append(RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}"))
+            continue
+        passed = judged.margin >= -TOLERANCE
+        status = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
+        results.append(
+            RuleResult(
+                **base,
+                value=judged.value,
+                threshold=judged.threshold,
+                comparison=judged.comparison,  # type: ignore[arg-type]
+                margin=judged.margin,
+                passed=passed,
+                status=status,
+                message=judged.message,
+                evidence=judged.evidence,
+            )
+        )
+    return results
+
+
+def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> str:
+    """ERROR over FAIL over WARN over PASS.
+
+    >>> verdict_of([]), verdict_of([], ["bad log"])
+    ('PASS', 'ERROR')
+    """
+    statuses = {r.status for r in results}
+    if errors or "error" in statuses:
+        return "ERROR"
+    if "fail" in statuses:
+        return "FAIL"
+    if "warn" in statuses:
+        return "WARN"
+    return "PASS"
+
+
+def worksheet_for(policy: Any, runs: Sequence[MetricsResult]) -> tuple[FmecaWorksheet | None, list[str]]:
+    """The FMECA worksheet and configuration problems (ratings for classes that do not exist)."""
+    if not runs or not runs[0].classes:
+        return None, []
+    return build_worksheet(runs, policy.fmeca), unknown_rated_classes(policy.fmeca, runs[0].classes)

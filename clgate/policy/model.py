@@ -1,0 +1,144 @@
+"""Loading a policy: the structure from ``schemas.policy`` plus the checks that need the metric registry."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError, model_validator
+
+from schemas.policy import (
+    BaselineRule,
+    MetricRule,
+    policy_error_lines,
+)
+from schemas.policy import Policy as PolicySchema
+
+# Metrics that have a lower-confidence-bound counterpart computed by clgate.metrics.
+LCB_METRICS = {"mica": "mica_lcb"}
+_WINDOWED = re.compile(r"^w[fp](\d+)$")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used; ``problems`` lists one ``path: reason`` line each."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        head = f"{source}: invalid policy" if source else "invalid policy"
+        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _range_problem(where: str, value: float, metric: str, info: Any) -> str | None:
+    lo, hi = getattr(info, "range", None) or (None, None)
+    lo = -math.inf if lo is None else lo
+    hi = math.inf if hi is None else hi
+    if lo <= value <= hi:
+        return None
+    hint = " (accuracies are fractions in [0, 1])" if hi == 1 and value > 1 else ""
+    return f"{where}: {value:g} is outside the range of {metric} [{lo:g}, {hi:g}]{hint}"
+
+
+def registry_problems(policy: PolicySchema) -> list[str]:
+    """Problems the structure cannot see: unknown metric ids, ``at`` on scalars, out-of-range thresholds."""
+    from clgate.metrics import REGISTRY, metric_info
+
+    known = sorted(REGISTRY)
+    problems: list[str] = []
+    for i, rule in enumerate(policy.rules):
+        if isinstance(rule, MetricRule):
+            field, metric = "metric", rule.metric
+        elif isinstance(rule, BaselineRule):
+            if rule.baseline == "classes":
+                continue
+            field, metric = "baseline", rule.baseline
+        else:
+            continue
+        where = f"rules[{i}]"
+        try:
+            info = metric_info(metric)
+        except KeyError:
+            choices = known + ["classes"] if field == "baseline" else known
+            problems.append(f"{where}.{field}: unknown metric id {metric!r}{_suggest(metric, choices)}")
+            continue
+        if info.shape == "scalar" and rule.at != "final":
+            problems.append(f"{where}.at: {metric} is a scalar; 'at: {rule.at}' applies to per-task metrics only")
+        if isinstance(rule, MetricRule):
+            if rule.bound == "wilson95" and metric not in LCB_METRICS:
+                problems.append(
+                    f"{where}.bound: wilson95 is available for {', '.join(sorted(LCB_METRICS))} "
+                    f"and per-class rules, not {metric}"
+                )
+            for name in ("floor", "ceiling"):
+                value = getattr(rule, name)
+                if value is not None:
+                    p = _range_problem(f"{where}.{name}", value, metric, info)
+                    if p:
+                        problems.append(p)
+    return problems
+
+
+class Policy(PolicySchema):
+    """A validated policy (``clgate.policy/v1``): the schema plus registry checks.
+
+    >>> p = Policy.model_validate({"name": "demo", "rules": [{"metric": "mica", "floor": 0.5}]})
+    >>> p.rules[0].at, p.rules[0].over_runs, p.rules[0].severity
+    ('final', 'worst', 'block')
+    """
+
+    @model_validator(mode="after")
+    def _check_registry(self) -> "Policy":
+        problems = registry_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def windows(self) -> tuple[int, ...]:
+        """Windows for ``wf{w}``/``wp{w}`` that the rules need, with the defaults 10 and 100."""
+        ws = {10, 100}
+        for rule in self.rules:
+            metric = getattr(rule, "metric", None) or getattr(rule, "baseline", None)
+            m = _WINDOWED.match(metric or "")
+            if m:
+                ws.add(int(m.group(1)))
+        return tuple(sorted(ws))
+
+    def canonical_json(self) -> str:
+        """Key-sorted JSON of the whole policy (defaults included): what the decision hashes."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def parse_policy(data: dict[str, Any] | str | bytes, source: str | None = None) -> Policy:
+    """Validate a policy given as a dict or YAML/JSON text; raises :class:`PolicyError`."""
+    if isinstance(data, (str, bytes)):
+        import yaml
+
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            raise PolicyError([f"not valid YAML/JSON: {exc}"], source) from None
+    if not isinstance(data, dict):
+        raise PolicyError(["the document must be a mapping (name, rules, …)"], source)
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(policy_error_lines(exc), source) from None
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a ``.yaml``/``.yml``/``.json`` policy; raises :class:`PolicyError` naming the rule and field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
+    return parse_policy(text, source=str(path))

@@ -1,0 +1,161 @@
+"""The report's figures, as inline SVG text (matplotlib, no pyplot state, no network).
+
+Each function takes arrays/metrics and returns an ``<svg …>`` string ready to embed in HTML. SVG
+output is made reproducible (fixed hash salt, no date metadata) so the same input gives the same file.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf"]
+
+
+def _figure(width: float = 7.0, height: float = 3.4) -> Any:
+    import matplotlib
+
+    matplotlib.rcParams["svg.hashsalt"] = "clgate"
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "clgate"})
+    text = buf.getvalue()
+    start = text.find("<svg")
+    return text[start:] if start >= 0 else text
+
+
+def _per_task(v: Any, k: int) -> np.ndarray:
+    if not isinstance(v, list):
+        return np.full(k, np.nan)
+    return np.array([np.nan if x is None else float(x) for x in v], dtype=float)
+
+
+def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
+    """ACC and MICA (and MICA of old classes) at each task end; one thin line per run, bold mean."""
+    k = runs[0].n_tasks
+    x = np.arange(1, k + 1)
+    fig = _figure()
+    ax = fig.subplots()
+    for metric, color, label in (("acc", _COLORS[0], "ACC"), ("mica", _COLORS[1], "MICA"),
+                                 ("mica_old", _COLORS[3], "MICA (old classes)")):
+        series = np.array([_per_task(r.metrics.get(metric), k) for r in runs])
+        if np.all(np.isnan(series)):
+            continue
+        if len(runs) > 1:
+            for s in series:
+                ax.plot(x, s, color=color, alpha=0.25, linewidth=1)
+        mean = np.nanmean(series, axis=0) if len(runs) > 1 else series[0]
+        ax.plot(x, mean, marker="o", color=color, linewidth=2, label=label, gid=f"line-{metric}")
+    ax.set_xlabel("task k")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks(x)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title(title or "Average accuracy vs worst class (Konaté et al., eqs. 3, 5)", fontsize=10)
+    return _svg(fig)
+
+
+def class_boxplots(arrays: Sequence[Any], title: str = "") -> str:
+    """Distribution of the class accuracies of the classes seen so far, at each task end (Konaté fig. 3)."""
+    a0 = arrays[0]
+    k = a0.n_tasks
+    data = []
+    for t in range(k):
+        vals = []
+        for a in arrays:
+            if t < a.finished_tasks:
+                seen = np.concatenate(a.tasks[: t + 1])
+                row = a.r[t, seen]
+                vals.extend(row[~np.isnan(row)].tolist())
+        data.append(vals)
+    fig = _figure()
+    ax = fig.subplots()
+    positions = [i + 1 for i, d in enumerate(data) if d]
+    ax.boxplot([d for d in data if d], positions=positions, widths=0.5, showmeans=True,
+               meanprops={"marker": "^", "markerfacecolor": _COLORS[0], "markeredgecolor": _COLORS[0]})
+    for pos, d in zip(positions, [d for d in data if d]):
+        jitter = np.linspace(-0.12, 0.12, len(d)) if len(d) > 1 else np.zeros(1)
+        ax.scatter(pos + jitter, d, s=8, color=_COLORS[7], alpha=0.6, zorder=3)
+    ax.set_xlabel("task k (class accuracies of the classes of tasks 1…k, at the end of task k)")
+    ax.set_ylabel("class accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xticks(range(1, k + 1))
+    ax.grid(alpha=0.3, axis="y")
+    runs = f" ({len(arrays)} runs pooled)" if len(arrays) > 1 else ""
+    ax.set_title(title or f"Class accuracies per task (as Konaté et al. fig. 3){runs}", fontsize=10)
+    return _svg(fig)
+
+
+def stability_gap(a: Any, seed: Any = None) -> str:
+    """Accuracy of each task at every evaluation point, task boundaries, and each task's minimum after
+    it was learned (the stability gap, De Lange et al. fig. 2)."""
+    fig = _figure(7.0, 3.8)
+    ax = fig.subplots()
+    it = a.iterations[: a.horizon] if a.horizon else a.iterations
+    acc = a.task_acc[: len(it)]
+    for j in range(a.n_tasks):
+        color = _COLORS[j % len(_COLORS)]
+        y = acc[:, j]
+        if np.all(np.isnan(y)):
+            continue
+        ax.plot(it, y, color=color, linewidth=1.4, label=f"task {j + 1}", gid=f"task-curve-{j + 1}")
+        if j < a.finished_tasks:
+            e = int(a.task_end_idx[j])
+            after = y[e + 1:]
+            if after.size and not np.all(np.isnan(after)):
+                m = e + 1 + int(np.nanargmin(after))
+                ax.plot([it[m]], [y[m]], marker="v", markersize=8, color=color, markeredgecolor="black",
+                        linestyle="none", gid=f"min-acc-{j + 1}")
+                ax.annotate(f"min {y[m]:.2f}", (it[m], y[m]), textcoords="offset points", xytext=(4, -10),
+                            fontsize=7, color=color)
+    for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
+        ax.axvline(a.iterations[int(e)], color="black", linestyle="--", linewidth=0.8, alpha=0.6)
+    ax.set_xlabel("iteration (dashed: task boundaries; ▼ lowest accuracy after the task was learned)")
+    ax.set_ylabel("task accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=7, ncol=min(5, a.n_tasks))
+    s = f", seed {seed}" if seed is not None else ""
+    ax.set_title(f"Per-iteration task accuracy: the stability gap (as De Lange et al. fig. 2){s}", fontsize=10)
+    return _svg(fig)
+
+
+def raa_raf(runs: Sequence[Any]) -> str:
+    """Rescaled average accuracy and forgetting per task (Michel et al.), mean over runs."""
+    k = runs[0].n_tasks
+    x = np.arange(1, k + 1)
+    fig = _figure(7.0, 3.0)
+    ax = fig.subplots()
+    drawn = False
+    for metric, color, label in (("raa", _COLORS[2], "RAA"), ("raf", _COLORS[4], "RAF")):
+        series = np.array([_per_task(r.metrics.get(metric), k) for r in runs])
+        if np.all(np.isnan(series)):
+            continue
+        with np.errstate(all="ignore"):
+            mean = np.nanmean(series, axis=0) if len(runs) > 1 else series[0]
+        ax.plot(x, mean, marker="s", color=color, linewidth=2, label=label, gid=f"line-{metric}")
+        drawn = True
+    ax.set_xlabel("task k")
+    ax.set_ylabel("rescaled value")
+    ax.set_xticks(x)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(loc="best", fontsize=8)
+    ax.set_title("Rescaled average accuracy and forgetting (Michel et al., defs. 4.1-4.3)", fontsize=10)
+    return _svg(fig)
+
+
+def is_finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
