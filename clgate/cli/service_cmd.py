@@ -1,7 +1,138 @@
-"""Command group (filled in by its issue)."""
+"""``clgate serve``, ``clgate worker``, ``clgate keys create``, ``clgate db upgrade``: the validation service.
+
+Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import typer
+
+keys_app = typer.Typer(help="API keys of the service (stored hashed; the key is printed once).", no_args_is_help=True)
+db_app = typer.Typer(help="The service's record store (Alembic migrations).", no_args_is_help=True)
+
+
+def _settings(data_dir: Path | None = None, **overrides):
+    from pydantic import ValidationError
+
+    from service.settings import load_settings
+
+    if data_dir is not None:
+        overrides["data_dir"] = data_dir
+    try:
+        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            name = "CLGATE_" + "_".join(str(p) for p in err["loc"]).upper()
+            typer.echo(f"error: {name}: {err['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _sessions(settings):
+    from service.store.db import make_engine, make_sessionmaker, upgrade
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url()
+    upgrade(url)
+    return make_sessionmaker(make_engine(url))
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR or ./clgate-data)."),
+    workers: int = typer.Option(1, help="API processes (Celery mode only; the embedded mode needs 1)."),
+    log_level: str = typer.Option("info", help="uvicorn log level."),
+) -> None:
+    """Run the API. Without CLGATE_BROKER_URL the jobs run embedded, in a background executor."""
+    import uvicorn
+    from sqlalchemy import select
+
+    from service.auth import create_key
+    from service.store.db import session_scope
+    from service.store.models import ApiKey
+
+    settings = _settings(data_dir)
+    if settings.embedded and workers > 1:
+        typer.echo("error: --workers > 1 needs CLGATE_BROKER_URL (the embedded executor lives in one process)", err=True)
+        raise typer.Exit(2)
+    sessions = _sessions(settings)
+    with session_scope(sessions) as s:
+        first = s.scalar(select(ApiKey.id).limit(1)) is None and not settings.bootstrap_admin_key
+        if first:
+            record, key = create_key(s, name="first-admin", role="admin", actor="system:serve")
+    if first:
+        key_file = settings.data_dir / "admin.key"
+        key_file.write_text(key + "\n", encoding="utf-8")
+        key_file.chmod(0o600)
+        typer.echo(f"created the first admin key (also in {key_file}, mode 600):\n  {key}", err=True)
+    mode = "embedded executor" if settings.embedded else f"Celery via {settings.broker_url.split('@')[-1]}"
+    typer.echo(f"clgate API on http://{host}:{port} (docs /docs) — jobs: {mode}; data: {settings.data_dir}", err=True)
+    os.environ["CLGATE_DATA_DIR"] = str(settings.data_dir)
+    os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above
+    uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+
+
+def worker(
+    queues: str = typer.Option("gpu,cpu", help="Comma-separated queues to consume: gpu (retrain/evaluate), cpu (metrics, re-gate)."),
+    concurrency: int = typer.Option(1, help="Worker processes (use 1 per GPU)."),
+    hostname: str = typer.Option(None, help="Celery node name (default clgate-<queues>@<host>)."),
+    loglevel: str = typer.Option("info", help="Log level."),
+) -> None:
+    """Run a Celery worker for the service's queues (needs CLGATE_BROKER_URL=redis://…)."""
+    settings = _settings()
+    if settings.broker_url is None:
+        typer.echo("error: CLGATE_BROKER_URL: set it to the Redis broker (redis://host:6379/0); "
+                   "without a broker `clgate serve` runs jobs itself", err=True)
+        raise typer.Exit(2)
+    wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = [q for q in wanted if q not in ("gpu", "cpu")]
+    if not wanted or unknown:
+        typer.echo(f"error: --queues: unknown queue(s) {', '.join(unknown) or '(none)'}; use gpu and/or cpu", err=True)
+        raise typer.Exit(2)
+    from workers.app import app as celery_app
+
+    argv = ["worker", "-Q", ",".join(wanted), "--concurrency", str(concurrency), "--loglevel", loglevel,
+            "--prefetch-multiplier", "1", "-n", hostname or f"clgate-{'-'.join(wanted)}@%h"]
+    celery_app.worker_main(argv)
+
+
+@keys_app.command("create")
+def keys_create(
+    role: str = typer.Option(..., help="viewer, submitter, approver or admin."),
+    name: str = typer.Option(..., help="Who or what uses the key (shown in the audit trail)."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
+) -> None:
+    """Create an API key and print it (only its hash is stored)."""
+    from service.auth import create_key
+    from service.store.db import session_scope
+
+    if role not in ("viewer", "submitter", "approver", "admin"):
+        typer.echo(f"error: --role: {role!r} is not one of viewer, submitter, approver, admin", err=True)
+        raise typer.Exit(2)
+    settings = _settings(data_dir)
+    with session_scope(_sessions(settings)) as s:
+        _, key = create_key(s, name=name, role=role, actor=f"cli:{os.environ.get('USER', 'unknown')}")
+    typer.echo(key)
+
+
+@db_app.command("upgrade")
+def db_upgrade(data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR).")) -> None:
+    """Apply the database migrations (run once per release before the API and workers start)."""
+    from service.store.db import current_revision, make_engine, upgrade
+
+    settings = _settings(data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url()
+    upgrade(url)
+    typer.echo(f"database at revision {current_revision(make_engine(url))}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    app.command("serve")(serve)
+    app.command("worker")(worker)
+    app.add_typer(keys_app, name="keys")
+    app.add_typer(db_app, name="db")

@@ -1,0 +1,290 @@
+"""Request and response models of the clgate service API (``/v1``), separate from the database records.
+
+Job submissions refer to uploaded artifacts by content hash. Anywhere in a job spec, the object
+``{"artifact": "sha256:<64 hex>"}`` stands for the file of that artifact; the worker replaces it with
+the artifact's local path before the engine sees the spec. Specs sent over the API cannot name
+server paths.
+
+>>> JobCreate.model_validate({"mode": "metrics", "model_name": "digits-mlp",
+...     "policy": {"name": "default", "version": "1"}, "logs": ["sha256:" + "a" * 64]}).queue
+'cpu'
+>>> JobCreate.model_validate({"mode": "metrics", "model_name": "digits mlp",
+...     "policy": {"name": "p", "version": "1"}, "logs": []})
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for JobCreate
+...
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Mode = Literal["retrain", "evaluate", "metrics", "regate"]
+State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Role = Literal["viewer", "submitter", "approver", "admin"]
+Verdict = Literal["PASS", "WARN", "FAIL", "ERROR"]
+ArtifactKind = Literal["model", "data", "log", "spec", "result", "other"]
+
+ModelName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=120,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Letters, digits, '.', '_', '-' (a Prometheus label value: keep the set of names small).",
+    ),
+]
+ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 hex digits>")]
+
+GPU_MODES = frozenset({"retrain", "evaluate"})
+
+
+def queue_for(mode: str) -> str:
+    """``gpu`` for retrain/evaluate, ``cpu`` for metrics-only and re-gating.
+
+    >>> queue_for("retrain"), queue_for("regate")
+    ('gpu', 'cpu')
+    """
+    return "gpu" if mode in GPU_MODES else "cpu"
+
+
+class ErrorPublic(BaseModel):
+    """Every error the API returns: a short code, a human reason, and per-field problems when validating."""
+
+    error: str
+    reason: str
+    problems: list[str] = Field(default_factory=list)
+
+
+class PolicyRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    version: str = Field(min_length=1, max_length=64)
+
+
+class ArtifactPublic(BaseModel):
+    sha256: str
+    ref: str
+    size: int
+    kind: str
+    filename: str | None
+    created_at: dt.datetime
+    created_by: str | None
+
+
+class JobCreate(BaseModel):
+    """Submit a job: retrain or evaluate (a job spec) or metrics-only (uploaded evaluation logs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["retrain", "evaluate", "metrics"]
+    model_name: ModelName
+    policy: PolicyRef
+    spec: dict[str, Any] | None = Field(
+        None, description='Job spec (schemas.job.JobSpec); files as {"artifact": "sha256:..."}.'
+    )
+    logs: list[ArtifactRef] | None = Field(None, description="Evaluation logs (metrics mode), one per seed.")
+    baseline: Literal["model", "none"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = Field(
+        "model", description="'model': the model name's baseline (if any); 'none'; or a job id."
+    )
+
+    @model_validator(mode="after")
+    def _mode_inputs(self) -> "JobCreate":
+        if self.mode == "metrics":
+            if not self.logs:
+                raise ValueError("logs: metrics mode needs at least one evaluation log artifact")
+            if self.spec is not None:
+                raise ValueError("spec: metrics mode takes logs, not a spec")
+        else:
+            if self.spec is None:
+                raise ValueError(f"spec: {self.mode} mode needs a job spec")
+            if self.logs:
+                raise ValueError(f"logs: {self.mode} mode takes a spec, not logs")
+        return self
+
+    @property
+    def queue(self) -> str:
+        return queue_for(self.mode)
+
+
+class RegateCreate(BaseModel):
+    """Gate a finished job's logs again under another policy version (no retraining)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicyRef
+    baseline: Literal["model", "none", "same"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = "same"
+
+
+class JobProgress(BaseModel):
+    fraction: float | None = None
+    task: int | None = None
+    iteration: int | None = None
+    message: str | None = None
+
+
+class JobPublic(BaseModel):
+    id: str
+    mode: Mode
+    queue: Literal["gpu", "cpu"]
+    model_name: str
+    state: State
+    progress: JobProgress
+    policy: PolicyRef
+    policy_id: str
+    baseline_job_id: str | None
+    source_job_id: str | None
+    cancel_requested: bool
+    attempts: int
+    error: str | None
+    submitted_by: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    duration_s: float | None
+    verdict: Verdict | None = None
+    waived: bool = False
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="Jobs matching the filters (all pages).")
+
+
+class ResultFilePublic(BaseModel):
+    name: str
+    sha256: str
+    size: int
+    url: str
+
+
+class ResultsPublic(BaseModel):
+    job_id: str
+    files: list[ResultFilePublic]
+
+
+class WaiverCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    justification: str = Field(min_length=20, max_length=10_000, description="Why shipping despite the FAIL is acceptable.")
+    expires_at: dt.datetime | None = None
+
+    @field_validator("justification")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if len(value.strip()) < 20:
+            raise ValueError("a justification needs at least 20 non-blank characters")
+        return value.strip()
+
+
+class WaiverPublic(BaseModel):
+    id: str
+    job_id: str
+    decision_id: str
+    justification: str
+    approver: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+
+
+class DecisionPublic(BaseModel):
+    id: str
+    job_id: str
+    policy_id: str
+    model_name: str
+    verdict: Verdict
+    headline: dict[str, Any]
+    document: dict[str, Any] = Field(description="The gate decision as the gate wrote it (decision.json).")
+    created_at: dt.datetime
+    waivers: list[WaiverPublic] = Field(default_factory=list)
+
+
+class PolicyVersionPublic(BaseModel):
+    id: str
+    name: str
+    version: str
+    sha256: str
+    created_at: dt.datetime
+    created_by: str | None
+    document: dict[str, Any]
+
+
+class PoliciesPublic(BaseModel):
+    data: list[PolicyVersionPublic]
+    count: int
+
+
+class BaselineSet(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+
+
+class BaselinePublic(BaseModel):
+    model_name: str
+    job_id: str
+    set_by: str
+    set_at: dt.datetime
+
+
+class BaselinesPublic(BaseModel):
+    data: list[BaselinePublic]
+    count: int
+
+
+class AuditEventPublic(BaseModel):
+    id: int
+    at: dt.datetime
+    actor: str
+    action: str
+    subject_type: str
+    subject_id: str
+    details: dict[str, Any]
+
+
+class AuditEventsPublic(BaseModel):
+    data: list[AuditEventPublic]
+    count: int
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    role: Role
+
+
+class KeyCreated(BaseModel):
+    id: str
+    name: str
+    role: Role
+    key: str = Field(description="The secret key, shown once; only its hash is stored.")
+
+
+class KeyPublic(BaseModel):
+    id: str
+    name: str
+    role: Role
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+
+class KeysPublic(BaseModel):
+    data: list[KeyPublic]
+    count: int
+
+
+class WhoAmI(BaseModel):
+    id: str
+    name: str
+    role: Role
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,107 @@
+"""The clgate API: ``create_app()`` builds the FastAPI application (OpenAPI at ``/openapi.json``, docs at ``/docs``).
+
+``uvicorn --factory service.app:create_app`` or ``clgate serve``. Settings are read and validated here
+(start-up fails with the variable's name when one is wrong); with no ``CLGATE_BROKER_URL`` the jobs
+run in an embedded background executor, otherwise they go to Celery workers through Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from sqlalchemy import select, text
+
+from clgate import __version__
+from schemas.api import Health
+from service import errors
+from service.auth import create_key
+from service.deps import Viewer
+from service.dispatch import make_dispatcher
+from service.metrics import StoreCollector
+from service.routers import admin, artifacts, jobs, policies
+from service.settings import Settings, load_settings
+from service.store.artifacts import ArtifactStore
+from service.store.db import make_engine, make_sessionmaker, session_scope, upgrade, wait_for_schema
+from service.store.models import ApiKey
+
+log = logging.getLogger("clgate.api")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        url = settings.resolved_database_url()
+        if settings.auto_migrate:
+            upgrade(url)
+        engine = make_engine(url)
+        wait_for_schema(engine, timeout_s=30)
+        sessions = make_sessionmaker(engine)
+        if settings.bootstrap_admin_key:
+            with session_scope(sessions) as s:
+                if s.scalar(select(ApiKey.id).limit(1)) is None:
+                    create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap",
+                               key=settings.bootstrap_admin_key)
+        app.state.engine = engine
+        app.state.sessions = sessions
+        app.state.store = ArtifactStore(settings.artifact_dir)
+        app.state.dispatcher = make_dispatcher(settings, sessions)
+        app.state.dispatcher.start()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(StoreCollector(
+            sessions, queue_lengths=app.state.dispatcher.queue_lengths,
+            worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s,
+        ))
+        app.state.registry = registry
+        log.info("clgate API ready (%s mode, database %s)", app.state.dispatcher.kind, engine.url.render_as_string())
+        try:
+            yield
+        finally:
+            app.state.dispatcher.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="clgate",
+        version=__version__,
+        summary="Validation service for class-incremental classifiers: jobs, gate decisions, audit trail.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+
+    v1 = APIRouter(prefix="/v1")
+    for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):
+        v1.include_router(router)
+    app.include_router(v1)
+
+    @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness: the process answers")
+    def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Health}},
+             summary="Readiness: database and broker reachable")
+    def readyz(request: Request):
+        checks: dict[str, str] = {}
+        ok = True
+        try:
+            with request.app.state.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            checks["database"] = "ok"
+        except Exception as exc:  # noqa: BLE001
+            ok, checks["database"] = False, f"unreachable: {type(exc).__name__}"
+        broker_ok, checks["broker"] = request.app.state.dispatcher.ready()
+        ok = ok and broker_ok
+        body = Health(status="ok" if ok else "unavailable", checks=checks)
+        return body if ok else JSONResponse(body.model_dump(), status_code=503)
+
+    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)")
+    def metrics(request: Request, _: Viewer) -> Response:
+        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

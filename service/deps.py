@@ -1,0 +1,79 @@
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with roles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.auth import has_role, verify
+from service.dispatch import Dispatcher
+from service.errors import ApiError
+from service.settings import Settings
+from service.store.artifacts import ArtifactStore
+from service.store.models import ApiKey, Role
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_db(request: Request) -> Iterator[Session]:
+    with request.app.state.sessions() as session:
+        yield session
+
+
+def get_store(request: Request) -> ArtifactStore:
+    return request.app.state.store
+
+
+def get_dispatcher(request: Request) -> Dispatcher:
+    return request.app.state.dispatcher
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_db)]
+StoreDep = Annotated[ArtifactStore, Depends(get_store)]
+DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher)]
+
+_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="clgate API key")
+_bearer = HTTPBearer(auto_error=False, description="clgate API key as a bearer token")
+
+
+def current_key(
+    session: SessionDep,
+    header: Annotated[str | None, Security(_header)] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> ApiKey:
+    key = header or (bearer.credentials if bearer else None)
+    if not key:
+        raise ApiError(401, "an API key is required (X-API-Key header or Authorization: Bearer)",
+                       headers={"WWW-Authenticate": "Bearer"})
+    record = verify(session, key)
+    if record is None:
+        raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
+    return record
+
+
+def require(role: Role):
+    def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
+        if not has_role(key, role):
+            raise ApiError(403, f"this action needs the {role.name} role (the key {key.id} has {key.role})")
+        return key
+
+    dependency.__name__ = f"require_{role.name}"
+    return dependency
+
+
+Viewer = Annotated[ApiKey, Depends(require(Role.viewer))]
+Submitter = Annotated[ApiKey, Depends(require(Role.submitter))]
+Approver = Annotated[ApiKey, Depends(require(Role.approver))]
+Admin = Annotated[ApiKey, Depends(require(Role.admin))]
+
+
+def actor(key: ApiKey) -> str:
+    """How a key appears in the audit trail: ``key:<id>(<name>)``."""
+    return f"key:{key.id}({key.name})"

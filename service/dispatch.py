@@ -1,0 +1,96 @@
+"""Where submitted jobs go: the embedded executor (no broker) or Celery workers through Redis."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sqlalchemy import func, select
+
+from service.settings import Settings
+from service.store.models import Job, JobState
+
+QUEUES = ("gpu", "cpu")
+
+
+class Dispatcher(Protocol):
+    kind: str
+
+    def start(self) -> None: ...
+    def submit(self, job_id: str, queue: str) -> None: ...
+    def ready(self) -> tuple[bool, str]: ...
+    def queue_lengths(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+
+
+class EmbeddedDispatcher:
+    """Jobs run in the API process's background pool (same task code as the workers)."""
+
+    kind = "embedded"
+
+    def __init__(self, settings: Settings, sessions) -> None:
+        from workers.embedded import EmbeddedExecutor
+
+        self.sessions = sessions
+        self.executor = EmbeddedExecutor(settings)
+
+    def start(self) -> None:
+        self.executor.start()
+
+    def submit(self, job_id: str, queue: str) -> None:
+        self.executor.submit(job_id, queue=queue)
+
+    def ready(self) -> tuple[bool, str]:
+        return True, "embedded executor"
+
+    def queue_lengths(self) -> dict[str, int]:
+        with self.sessions() as s:
+            rows = dict(
+                s.execute(
+                    select(Job.queue, func.count()).where(Job.state == JobState.queued.value).group_by(Job.queue)
+                ).all()
+            )
+        return {q: int(rows.get(q, 0)) for q in QUEUES}
+
+    def close(self) -> None:
+        self.executor.shutdown()
+
+
+class CeleryDispatcher:
+    """Jobs go to the ``gpu``/``cpu`` queues on Redis; the Celery task id is the job id."""
+
+    kind = "celery"
+
+    def __init__(self, settings: Settings) -> None:
+        import redis
+
+        self.settings = settings
+        self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
+
+    def start(self) -> None:
+        from workers.tasks import run_job
+
+        self.task = run_job
+
+    def submit(self, job_id: str, queue: str) -> None:
+        self.task.apply_async(args=[job_id], queue=queue, task_id=job_id, retry=True,
+                              retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5})
+
+    def ready(self) -> tuple[bool, str]:
+        try:
+            self.redis.ping()
+        except Exception as exc:  # noqa: BLE001
+            return False, f"broker unreachable: {type(exc).__name__}"
+        return True, "broker ok"
+
+    def queue_lengths(self) -> dict[str, int]:
+        pipe = self.redis.pipeline()
+        for q in QUEUES:
+            pipe.llen(q)
+        return {q: int(n) for q, n in zip(QUEUES, pipe.execute())}
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+def make_dispatcher(settings: Settings, sessions) -> Dispatcher:
+    return EmbeddedDispatcher(settings, sessions) if settings.embedded else CeleryDispatcher(settings)

@@ -1,0 +1,65 @@
+"""JSON errors with a reason: ``{"error": "<code>", "reason": "<sentence>", "problems": [...]}``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from schemas.evaluation_log import loc_to_path
+
+log = logging.getLogger("clgate.api")
+
+CODES = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    411: "length_required",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    500: "internal",
+    503: "unavailable",
+}
+
+
+class ApiError(HTTPException):
+    def __init__(self, status: int, reason: str, *, problems: list[str] | None = None, headers=None) -> None:
+        super().__init__(status_code=status, detail=reason, headers=headers)
+        self.problems = problems or []
+
+
+def _body(status: int, reason: str, problems: list[str] | None = None) -> dict:
+    return {"error": CODES.get(status, "error"), "reason": reason, "problems": problems or []}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        reason = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        return JSONResponse(
+            _body(exc.status_code, reason, getattr(exc, "problems", None)),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            path = loc_to_path(tuple(err.get("loc", ())))
+            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            problems.append(f"{path}: {msg}" if path else msg)
+        reason = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request"
+        return JSONResponse(_body(422, reason, problems), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(_body(500, f"internal error ({type(exc).__name__})"), status_code=500)

@@ -1,0 +1,161 @@
+"""Prometheus export computed from the record store (a custom collector in the API process).
+
+The collector is registered on a registry passed in (never the global one). Every scrape reads the
+stored decisions and jobs, so the values survive restarts and agree across API replicas.
+
+Names follow Prometheus conventions: fractions end in ``_ratio``, durations in ``_seconds``, counters
+in ``_total``; labels are bounded (model names are validated, worst classes are the worst
+``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
+
+VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
+STATES = tuple(s.value for s in JobState)
+QUEUES = ("gpu", "cpu")
+MODES = ("retrain", "evaluate", "metrics", "regate")
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
+HEADLINE = (  # (headline key, metric name, help)
+    ("acc", "clgate_model_accuracy_ratio", "Final mean task accuracy of the model's latest decision."),
+    ("mica", "clgate_model_mica_ratio", "Minimal incremental class accuracy (MICA) of the latest decision."),
+    ("wamica", "clgate_model_wamica_ratio", "Weighted average MICA (WAMICA) of the latest decision."),
+    ("min_acc", "clgate_model_min_acc_ratio", "Worst-moment task accuracy (min-ACC) of the latest decision."),
+    ("class_regression", "clgate_model_class_regression_ratio",
+     "Largest drop of any class's accuracy against the model's baseline (latest decision)."),
+)
+
+
+class StoreCollector(Collector):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        queue_lengths: Callable[[], dict[str, int]],
+        worst_classes: int = 3,
+        worker_stale_s: float = 60.0,
+    ) -> None:
+        self.sessions = sessions
+        self.queue_lengths = queue_lengths
+        self.worst_classes = worst_classes
+        self.worker_stale_s = worker_stale_s
+
+    def describe(self) -> list[Metric]:
+        return []  # values come from the database at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        with self.sessions() as s:
+            yield from self._models(s)
+            yield from self._decisions(s)
+            yield from self._jobs(s)
+            yield from self._workers(s)
+        lengths = GaugeMetricFamily("clgate_queue_length", "Jobs waiting in the queue.", labels=["queue"])
+        try:
+            for queue, n in self.queue_lengths().items():
+                lengths.add_metric([queue], n)
+        except Exception:  # noqa: BLE001 - broker away: no sample (the readiness probe reports it)
+            pass
+        yield lengths
+
+    def _models(self, s: Session) -> Iterator[Metric]:
+        latest = (
+            select(Decision.model_name, func.max(Decision.created_at).label("at"))
+            .group_by(Decision.model_name).subquery()
+        )
+        rows = s.execute(
+            select(Decision.model_name, Decision.verdict, Decision.headline, Decision.created_at)
+            .join(latest, (latest.c.model_name == Decision.model_name) & (latest.c.at == Decision.created_at))
+            .order_by(Decision.model_name)
+        ).all()
+        gauges = {key: GaugeMetricFamily(name, text, labels=["model"]) for key, name, text in HEADLINE}
+        worst = GaugeMetricFamily(
+            "clgate_model_worst_class_accuracy_ratio",
+            f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); rank 1 is the worst.",
+            labels=["model", "rank", "class_name"],
+        )
+        verdict = GaugeMetricFamily("clgate_model_verdict", "1 for the verdict of the model's latest decision.",
+                                    labels=["model", "verdict"])
+        stamp = GaugeMetricFamily("clgate_model_last_decision_timestamp_seconds",
+                                  "When the model's latest decision was made (Unix time).", labels=["model"])
+        seen = set()
+        for model, v, headline, at in rows:
+            if model in seen:  # two decisions in the same instant: keep one
+                continue
+            seen.add(model)
+            headline = headline or {}
+            for key, _, _ in HEADLINE:
+                value = headline.get(key)
+                if isinstance(value, (int, float)):
+                    gauges[key].add_metric([model], float(value))
+            ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
+            ranked.sort(key=lambda c: c["accuracy"])
+            for rank, c in enumerate(ranked[: self.worst_classes], start=1):
+                worst.add_metric([model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"]))
+            for name in VERDICTS:
+                verdict.add_metric([model, name], 1.0 if v == name else 0.0)
+            stamp.add_metric([model], as_utc(at).timestamp())
+        yield from gauges.values()
+        yield worst
+        yield verdict
+        yield stamp
+
+    def _decisions(self, s: Session) -> Iterator[Metric]:
+        counts = dict(s.execute(select(Decision.verdict, func.count()).group_by(Decision.verdict)).all())
+        total = CounterMetricFamily("clgate_decisions", "Gate decisions recorded, by verdict.", labels=["verdict"])
+        for v in VERDICTS:
+            total.add_metric([v], float(counts.get(v, 0)))
+        yield total
+
+    def _jobs(self, s: Session) -> Iterator[Metric]:
+        counts = {(st, q): n for st, q, n in s.execute(select(Job.state, Job.queue, func.count()).group_by(Job.state, Job.queue))}
+        jobs = GaugeMetricFamily("clgate_jobs", "Jobs in the store, by state and queue.", labels=["state", "queue"])
+        for st in STATES:
+            for q in QUEUES:
+                jobs.add_metric([st, q], float(counts.get((st, q), 0)))
+        yield jobs
+
+        cols = [func.sum(case((Job.duration_s <= b, 1), else_=0)) for b in DURATION_BUCKETS]
+        hist = HistogramMetricFamily("clgate_job_duration_seconds", "Run time of finished jobs (start to end).",
+                                     labels=["mode"])
+        rows = {r[0]: r[1:] for r in s.execute(
+            select(Job.mode, func.count(), func.coalesce(func.sum(Job.duration_s), 0.0), *cols)
+            .where(Job.duration_s.is_not(None)).group_by(Job.mode)
+        )}
+        for mode in MODES:
+            count, total, *cumulative = rows.get(mode, (0, 0.0, *([0] * len(DURATION_BUCKETS))))
+            buckets = [(repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)] + [("+Inf", float(count))]
+            hist.add_metric([mode], buckets, float(total or 0.0))
+        yield hist
+
+        oldest = GaugeMetricFamily("clgate_oldest_job_age_seconds",
+                                   "Age of the oldest queued job (since submission) or running job (since start).",
+                                   labels=["state"])
+        now = utcnow()
+        first_queued = s.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued.value))
+        first_running = s.scalar(select(func.min(Job.started_at)).where(Job.state == JobState.running.value))
+        for state, at in (("queued", first_queued), ("running", first_running)):
+            oldest.add_metric([state], max(0.0, (now - as_utc(at)).total_seconds()) if at else 0.0)
+        yield oldest
+
+    def _workers(self, s: Session) -> Iterator[Metric]:
+        fresh = time.time() - self.worker_stale_s
+        counts = dict.fromkeys(QUEUES, 0)
+        for hb in s.scalars(select(WorkerHeartbeat)):
+            if as_utc(hb.last_seen).timestamp() >= fresh:
+                for q in hb.queues.split(","):
+                    if q in counts:
+                        counts[q] += 1
+        workers = GaugeMetricFamily("clgate_workers", "Workers that reported in the last minute, by queue consumed.",
+                                    labels=["queue"])
+        for q, n in counts.items():
+            workers.add_metric([q], float(n))
+        yield workers

@@ -1,0 +1,116 @@
+"""Artifacts: streamed upload (SHA-256 content addressing, size limit), metadata, download by hash."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
+from sqlalchemy import func, select
+
+from schemas.api import ArtifactKind, ArtifactPublic
+from service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
+from service.errors import ApiError
+from service.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
+from service.store.db import audit, session_scope
+from service.store.models import Artifact
+
+router = APIRouter(prefix="/artifacts", tags=["artifacts"])
+
+
+def to_public(a: Artifact) -> ArtifactPublic:
+    return ArtifactPublic(
+        sha256=a.sha256, ref=f"sha256:{a.sha256}", size=a.size, kind=a.kind, filename=a.filename,
+        created_at=a.created_at, created_by=a.created_by,
+    )
+
+
+def _digest(ref: str) -> str:
+    try:
+        return parse_ref(ref)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
+@router.post(
+    "",
+    response_model=ArtifactPublic,
+    status_code=status.HTTP_201_CREATED,
+    summary="Upload an artifact (raw request body, streamed)",
+    responses={200: {"description": "Same content already stored"}, 413: {"description": "Over the size limit"}},
+    openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
+)
+async def upload_artifact(
+    request: Request,
+    key: Submitter,
+    settings: SettingsDep,
+    store: StoreDep,
+    kind: Annotated[ArtifactKind, Query(description="model, data, log, spec, other")] = "other",
+    filename: Annotated[str | None, Query(max_length=255, pattern=r"^[^/\\]+$")] = None,
+    sha256: Annotated[str | None, Query(description="Expected sha256 (checked after upload)")] = None,
+    content_length: Annotated[int | None, Header()] = None,
+):
+    limit = settings.max_upload_bytes
+    if content_length is not None and content_length > limit:
+        raise ApiError(413, f"artifact of {content_length} bytes exceeds the upload limit of {limit} bytes")
+    if sha256 is not None:
+        _digest(sha256)
+    try:
+        stored = await store.put_stream(request.stream(), max_bytes=limit, expected_sha256=sha256)
+    except ArtifactTooLarge as exc:
+        raise ApiError(413, str(exc)) from None
+    except DigestMismatch as exc:
+        raise ApiError(422, str(exc)) from None
+    if stored.size == 0:
+        raise ApiError(422, "empty upload: send the file as the request body")
+
+    def record() -> tuple[Artifact, bool]:
+        with session_scope(request.app.state.sessions) as s:
+            existing = s.get(Artifact, stored.sha256)
+            if existing is not None:
+                return existing, False
+            a = Artifact(sha256=stored.sha256, size=stored.size, kind=kind, filename=filename, created_by=actor(key))
+            s.add(a)
+            audit(s, actor(key), "artifact.uploaded", "artifact", stored.sha256, size=stored.size, kind=kind,
+                  filename=filename)
+            return a, True
+
+    artifact, created = await run_in_threadpool(record)
+    body = to_public(artifact)
+    if created:
+        return body
+    return JSONResponse(body.model_dump(mode="json"), status_code=200)
+
+
+@router.get("", summary="List artifacts")
+def list_artifacts(
+    session: SessionDep, _: Viewer,
+    kind: ArtifactKind | None = None,
+    skip: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> dict:
+    q = select(Artifact)
+    if kind:
+        q = q.where(Artifact.kind == kind)
+    count = session.scalar(select(func.count()).select_from(q.subquery()))
+    rows = session.scalars(q.order_by(Artifact.created_at.desc()).offset(skip).limit(limit)).all()
+    return {"data": [to_public(a).model_dump(mode="json") for a in rows], "count": count}
+
+
+@router.get("/{ref}", response_model=ArtifactPublic, summary="Artifact metadata")
+def get_artifact(ref: str, session: SessionDep, _: Viewer):
+    a = session.get(Artifact, _digest(ref))
+    if a is None:
+        raise ApiError(404, f"no artifact sha256:{_digest(ref)}")
+    return to_public(a)
+
+
+@router.get("/{ref}/content", summary="Download an artifact by hash", response_class=FileResponse)
+def download_artifact(ref: str, session: SessionDep, store: StoreDep, _: Viewer):
+    digest = _digest(ref)
+    a = session.get(Artifact, digest)
+    if a is None or not store.exists(digest):
+        raise ApiError(404, f"no artifact sha256:{digest}")
+    return FileResponse(store.path(digest), media_type="application/octet-stream",
+                        filename=a.filename or digest, headers={"ETag": f'"{digest}"'})

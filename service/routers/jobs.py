@@ -1,0 +1,285 @@
+"""Jobs: submit (202 + id), get, list with filters and pagination, cancel, results, decision, re-gate, waivers."""
+
+from __future__ import annotations
+
+import mimetypes
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import FileResponse
+from sqlalchemy import Select, exists, func, select
+from sqlalchemy.orm import Session
+
+from schemas.api import (
+    DecisionPublic,
+    JobCreate,
+    JobProgress,
+    JobPublic,
+    JobsPublic,
+    Mode,
+    PolicyRef,
+    RegateCreate,
+    ResultFilePublic,
+    ResultsPublic,
+    State,
+    Verdict,
+    WaiverCreate,
+    WaiverPublic,
+    queue_for,
+)
+from service.deps import Approver, DispatcherDep, SessionDep, StoreDep, Submitter, Viewer, actor
+from service.errors import ApiError
+from service.routers.policies import find as find_policy
+from service.store.artifacts import ArtifactStore
+from service.store.db import audit
+from service.store.models import Artifact, Baseline, Decision, Job, JobFile, JobState, Policy, Waiver, as_utc, utcnow
+from workers import core
+from workers.specs import check_paths, find_refs, resolve_refs
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+MEDIA = {".md": "text/markdown; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
+         ".jsonl": "application/x-ndjson", ".xml": "application/xml", ".html": "text/html; charset=utf-8"}
+
+
+def _query() -> Select:
+    waived = exists().where(Waiver.job_id == Job.id)
+    return (
+        select(Job, Policy.name, Policy.version, Decision.verdict, waived.label("waived"))
+        .join(Policy, Policy.id == Job.policy_id)
+        .outerjoin(Decision, Decision.job_id == Job.id)
+    )
+
+
+def _public(row) -> JobPublic:
+    job, policy_name, policy_version, verdict, waived = row
+    return JobPublic(
+        id=job.id, mode=job.mode, queue=job.queue, model_name=job.model_name, state=job.state,
+        progress=JobProgress(**(job.progress or {})), policy=PolicyRef(name=policy_name, version=policy_version),
+        policy_id=job.policy_id, baseline_job_id=job.baseline_job_id, source_job_id=job.source_job_id,
+        cancel_requested=job.cancel_requested, attempts=job.attempts, error=job.error, submitted_by=job.submitted_by,
+        created_at=as_utc(job.created_at), started_at=as_utc(job.started_at), finished_at=as_utc(job.finished_at),
+        duration_s=job.duration_s, verdict=verdict, waived=bool(waived),
+    )
+
+
+def load_public(session: Session, job_id: str) -> JobPublic:
+    row = session.execute(_query().where(Job.id == job_id)).first()
+    if row is None:
+        raise ApiError(404, f"no job {job_id}")
+    return _public(row)
+
+
+def _job(session: Session, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise ApiError(404, f"no job {job_id}")
+    return job
+
+
+def _baseline(session: Session, choice: str, model_name: str) -> str | None:
+    if choice == "none":
+        return None
+    if choice == "model":
+        b = session.get(Baseline, model_name)
+        return b.job_id if b else None
+    job = session.get(Job, choice)
+    if job is None or job.state != JobState.succeeded.value:
+        raise ApiError(422, f"baseline: job {choice} does not exist or has not succeeded")
+    return job.id
+
+
+def _check_spec(session: Session, store: ArtifactStore, body: JobCreate) -> dict:
+    spec = dict(body.spec or {})
+    spec.setdefault("mode", body.mode)
+    if spec["mode"] != body.mode:
+        raise ApiError(422, f"spec.mode is {spec['mode']!r} but the job's mode is {body.mode!r}")
+    problems = check_paths(spec)
+    try:
+        refs = set(find_refs(spec))
+    except ValueError as exc:
+        problems.append(f"spec: {exc}")
+        refs = set()
+    missing = sorted(r for r in refs if session.get(Artifact, r) is None)
+    problems += [f"spec: artifact sha256:{r} does not exist (upload it first)" for r in missing]
+    if problems:
+        raise ApiError(422, problems[0], problems=problems)
+    try:
+        core.parse_job_spec(resolve_refs(spec, lambda digest: str(store.path(digest))))
+    except core.InputProblem as exc:
+        problems = [f"spec.{p}" for p in exc.problems]
+        raise ApiError(422, problems[0], problems=problems) from None
+    return spec
+
+
+def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
+    try:
+        dispatcher.submit(job.id, job.queue)
+    except Exception as exc:  # noqa: BLE001 - broker down: the job cannot run, say so
+        job.state, job.error = JobState.failed.value, f"could not enqueue: {type(exc).__name__}: {exc}"
+        audit(session, who, "job.failed", "job", job.id, error=job.error)
+        session.commit()
+        raise ApiError(503, f"the job queue is unavailable ({type(exc).__name__}); job {job.id} was not queued") from None
+
+
+@router.post("", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
+             summary="Submit a job (retrain, evaluate or metrics-only)")
+def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher: DispatcherDep, key: Submitter):
+    policy = find_policy(session, body.policy)
+    spec = None
+    if body.mode == "metrics":
+        missing = [r for r in body.logs if session.get(Artifact, r.removeprefix("sha256:")) is None]
+        if missing:
+            raise ApiError(422, f"logs: artifact {missing[0]} does not exist (upload it first)",
+                           problems=[f"logs: artifact {r} does not exist" for r in missing])
+    else:
+        spec = _check_spec(session, store, body)
+    baseline = _baseline(session, body.baseline, body.model_name)
+    job = Job(mode=body.mode, queue=body.queue, model_name=body.model_name, spec=spec,
+              logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
+              policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={})
+    session.add(job)
+    session.flush()
+    audit(session, actor(key), "job.submitted", "job", job.id, mode=job.mode, model_name=job.model_name,
+          policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
+    session.commit()
+    _enqueue(session, dispatcher, job, actor(key))
+    return load_public(session, job.id)
+
+
+@router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
+def list_jobs(
+    session: SessionDep, _: Viewer,
+    state: State | None = None, mode: Mode | None = None, model_name: str | None = None,
+    verdict: Verdict | None = None,
+    skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+):
+    q = _query()
+    if state:
+        q = q.where(Job.state == state)
+    if mode:
+        q = q.where(Job.mode == mode)
+    if model_name:
+        q = q.where(Job.model_name == model_name)
+    if verdict:
+        q = q.where(Decision.verdict == verdict)
+    count = session.scalar(select(func.count()).select_from(q.subquery()))
+    rows = session.execute(q.order_by(Job.created_at.desc(), Job.id).offset(skip).limit(limit)).all()
+    return JobsPublic(data=[_public(r) for r in rows], count=count)
+
+
+@router.get("/{job_id}", response_model=JobPublic, summary="One job: state, progress, timestamps, error")
+def get_job(job_id: str, session: SessionDep, _: Viewer):
+    return load_public(session, job_id)
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
+             summary="Cancel a job (queued: at once; running: at its next iteration, keeping a partial log)")
+def cancel_job(job_id: str, session: SessionDep, key: Submitter):
+    job = _job(session, job_id)
+    if JobState(job.state).terminal:
+        raise ApiError(409, f"job {job_id} already {job.state}")
+    job.cancel_requested = True
+    audit(session, actor(key), "job.cancel_requested", "job", job_id, state=job.state)
+    if job.state == JobState.queued.value:
+        job.state, job.error = JobState.cancelled.value, "cancelled before it started"
+        job.finished_at = utcnow()
+        audit(session, actor(key), "job.cancelled", "job", job_id)
+    session.commit()
+    return load_public(session, job_id)
+
+
+@router.get("/{job_id}/results", response_model=ResultsPublic, summary="The result files of a job")
+def list_results(job_id: str, session: SessionDep, _: Viewer):
+    _job(session, job_id)
+    rows = session.execute(
+        select(JobFile.name, JobFile.sha256, Artifact.size).join(Artifact, Artifact.sha256 == JobFile.sha256)
+        .where(JobFile.job_id == job_id).order_by(JobFile.name)
+    ).all()
+    return ResultsPublic(job_id=job_id, files=[
+        ResultFilePublic(name=n, sha256=sha, size=size, url=f"/v1/jobs/{job_id}/results/{n}") for n, sha, size in rows
+    ])
+
+
+@router.get("/{job_id}/results/{name:path}", response_class=FileResponse,
+            summary="Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml")
+def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, _: Viewer):
+    _job(session, job_id)
+    if name == "log":  # the first (or only) evaluation log
+        row = session.scalar(select(JobFile).where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
+                             .order_by(JobFile.name).limit(1))
+    else:
+        row = session.get(JobFile, (job_id, name))
+    if row is None:
+        raise ApiError(404, f"job {job_id} has no result {name!r} (see /v1/jobs/{job_id}/results)")
+    suffix = "." + row.name.rsplit(".", 1)[-1] if "." in row.name else ""
+    media = MEDIA.get(suffix) or mimetypes.guess_type(row.name)[0] or "application/octet-stream"
+    return FileResponse(store.path(row.sha256), media_type=media, headers={"ETag": f'"{row.sha256}"'},
+                        content_disposition_type="inline")
+
+
+def _decision(session: Session, job_id: str) -> Decision:
+    _job(session, job_id)
+    d = session.scalar(select(Decision).where(Decision.job_id == job_id))
+    if d is None:
+        raise ApiError(404, f"job {job_id} has no decision (yet)")
+    return d
+
+
+def _waiver_public(w: Waiver) -> WaiverPublic:
+    return WaiverPublic(id=w.id, job_id=w.job_id, decision_id=w.decision_id, justification=w.justification,
+                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at))
+
+
+@router.get("/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers")
+def get_decision(job_id: str, session: SessionDep, _: Viewer):
+    d = _decision(session, job_id)
+    waivers = session.scalars(select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)).all()
+    return DecisionPublic(id=d.id, job_id=d.job_id, policy_id=d.policy_id, model_name=d.model_name, verdict=d.verdict,
+                          headline=d.headline, document=d.document, created_at=as_utc(d.created_at),
+                          waivers=[_waiver_public(w) for w in waivers])
+
+
+@router.post("/{job_id}/regate", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
+             summary="Gate a finished job's logs under another policy version, without retraining")
+def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter):
+    source = _job(session, job_id)
+    if source.state != JobState.succeeded.value:
+        raise ApiError(409, f"job {job_id} is {source.state}; only a succeeded job can be gated again")
+    if source.mode == "regate" and source.source_job_id:
+        source = _job(session, source.source_job_id)
+    policy = find_policy(session, body.policy)
+    baseline = source.baseline_job_id if body.baseline == "same" else _baseline(session, body.baseline, source.model_name)
+    job = Job(mode="regate", queue=queue_for("regate"), model_name=source.model_name, policy_id=policy.id,
+              baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key), progress={})
+    session.add(job)
+    session.flush()
+    audit(session, actor(key), "job.submitted", "job", job.id, mode="regate", source_job_id=source.id,
+          policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
+    session.commit()
+    _enqueue(session, dispatcher, job, actor(key))
+    return load_public(session, job.id)
+
+
+@router.post("/{job_id}/waivers", response_model=WaiverPublic, status_code=status.HTTP_201_CREATED,
+             summary="Record a justified waiver of a FAIL (the decision itself is never edited)")
+def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: Approver):
+    d = _decision(session, job_id)
+    if d.verdict != "FAIL":
+        raise ApiError(409, f"only a FAIL can be waived; job {job_id}'s verdict is {d.verdict}")
+    w = Waiver(decision_id=d.id, job_id=job_id, justification=body.justification, approver=actor(key),
+               expires_at=body.expires_at)
+    session.add(w)
+    session.flush()
+    audit(session, actor(key), "waiver.recorded", "job", job_id, waiver_id=w.id, decision_id=d.id,
+          verdict=d.verdict, justification=body.justification,
+          expires_at=body.expires_at.isoformat() if body.expires_at else None)
+    session.commit()
+    return _waiver_public(w)
+
+
+@router.get("/{job_id}/waivers", response_model=list[WaiverPublic], summary="Waivers of the job's decision")
+def list_waivers(job_id: str, session: SessionDep, _: Viewer):
+    _job(session, job_id)
+    return [_waiver_public(w) for w in
+            session.scalars(select(Waiver).where(Waiver.job_id == job_id).order_by(Waiver.created_at))]

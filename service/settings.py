@@ -1,0 +1,107 @@
+"""Service settings: ``CLGATE_*`` environment variables, validated once at start-up.
+
+Nothing here is built at import time; the API obtains the settings through a dependency
+(:func:`service.deps.get_settings`) and the workers through :func:`load_settings`.
+
+>>> s = Settings(data_dir="/tmp/clgate-doc")
+>>> s.resolved_database_url()
+'sqlite:////tmp/clgate-doc/clgate.db'
+>>> s.embedded
+True
+>>> Settings(broker_url="amqp://x")
+Traceback (most recent call last):
+...
+pydantic_core._pydantic_core.ValidationError: 1 validation error for Settings
+broker_url
+  Value error, CLGATE_BROKER_URL must be a redis:// or rediss:// URL (got scheme 'amqp') ...
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    """Everything the API and the workers read from the environment (prefix ``CLGATE_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="CLGATE_", extra="ignore")
+
+    data_dir: Path = Field(
+        Path("clgate-data"),
+        description="Artifact store, job work folders and (by default) the SQLite database.",
+    )
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/clgate.db. PostgreSQL: postgresql+psycopg://…"
+    )
+    broker_url: str | None = Field(
+        None, description="redis://host:port/db → jobs go to Celery workers; unset → embedded in-process executor."
+    )
+    max_upload_bytes: Annotated[int, Field(gt=0)] = 512 * MiB
+    embedded_workers: Annotated[int, Field(ge=1, le=64)] = 1
+    job_soft_time_limit_s: Annotated[int, Field(gt=0)] = 6 * 3600
+    job_time_limit_s: Annotated[int, Field(gt=0)] = 6 * 3600 + 300
+    auto_migrate: bool = Field(True, description="Apply Alembic migrations when the API starts.")
+    bootstrap_admin_key: str | None = Field(
+        None, description="If set and no key exists yet, this key is stored as the first admin key."
+    )
+    worker_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
+    worker_stale_s: Annotated[float, Field(gt=0)] = 60.0
+    worst_classes: Annotated[int, Field(ge=1, le=20)] = 3
+    cors_origins: list[str] = Field(default_factory=list)
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_scheme(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        scheme = value.split("://", 1)[0] if "://" in value else ""
+        if scheme not in {"redis", "rediss"}:
+            raise ValueError(f"CLGATE_BROKER_URL must be a redis:// or rediss:// URL (got scheme {scheme!r})")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
+        if scheme not in {"sqlite", "postgresql"}:
+            raise ValueError(f"CLGATE_DATABASE_URL must be sqlite:// or postgresql:// (got scheme {scheme!r})")
+        return value
+
+    @field_validator("job_time_limit_s")
+    @classmethod
+    def _hard_after_soft(cls, value: int, info) -> int:
+        soft = info.data.get("job_soft_time_limit_s")
+        if soft is not None and value <= soft:
+            raise ValueError(f"must exceed CLGATE_JOB_SOFT_TIME_LIMIT_S ({soft}) so a job can stop cleanly")
+        return value
+
+    @property
+    def embedded(self) -> bool:
+        """No broker configured: jobs run in the API process's background executor."""
+        return self.broker_url is None
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir.resolve() / 'clgate.db'}"
+
+    @property
+    def artifact_dir(self) -> Path:
+        return self.data_dir / "artifacts"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"
+
+
+def load_settings(**overrides) -> Settings:
+    """Read and validate the environment (raises ``pydantic.ValidationError`` naming the variable)."""
+    return Settings(**overrides)

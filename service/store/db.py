@@ -1,0 +1,110 @@
+"""Database engine, sessions, migrations and the audit helper."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.store.models import AuditEvent
+
+SERVICE_DIR = Path(__file__).resolve().parents[1]
+ALEMBIC_INI = SERVICE_DIR / "alembic.ini"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys (API and workers share the file)."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def alembic_config(url: str):
+    from alembic.config import Config
+
+    cfg = Config(str(ALEMBIC_INI))
+    cfg.set_main_option("script_location", str(SERVICE_DIR / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to ``revision``."""
+    from alembic import command
+
+    command.upgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    if not inspect(engine).has_table("alembic_version"):
+        return None
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def wait_for_schema(engine: Engine, timeout_s: float = 60.0) -> None:
+    """Block until the database is at the migrations' head (workers wait for the API or a migrate job)."""
+    head = head_revision()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if current_revision(engine) == head:
+                return
+        except Exception:  # noqa: BLE001 - database not reachable yet
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"database schema is not at revision {head}: run `clgate db upgrade` (or start the API with "
+                "CLGATE_AUTO_MIGRATE=true)"
+            )
+        time.sleep(0.5)
+
+
+def audit(session: Session, actor: str, action: str, subject_type: str, subject_id: str, **details: Any) -> None:
+    """Append one audit event (committed with the change it records)."""
+    session.add(
+        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id), details=details)
+    )

@@ -1,0 +1,217 @@
+"""SQLAlchemy 2 records: API keys, artifacts, policies, jobs, decisions, waivers, baselines, audit events.
+
+Tables are separate from the API's pydantic models (``schemas.api``). Decisions and audit events are
+never updated nor deleted: the ORM refuses it (:func:`_refuse_change`) and the migration adds database
+triggers that refuse it too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import uuid
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    event,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Role(enum.IntEnum):
+    """Ordered: a key with a role may do everything the lower roles may."""
+
+    viewer = 1
+    submitter = 2
+    approver = 3
+    admin = 4
+
+
+class JobState(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.succeeded, JobState.failed, JobState.cancelled)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public key id, part of the key
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(16))
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(16))
+    filename: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+class Policy(Base):
+    __tablename__ = "policies"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_policy_name_version"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(64))
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_model_created", "model_name", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    mode: Mapped[str] = mapped_column(String(16))  # retrain | evaluate | metrics | regate
+    queue: Mapped[str] = mapped_column(String(16))  # gpu | cpu
+    model_name: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    logs: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # artifact hashes (metrics mode)
+    policy_id: Mapped[str] = mapped_column(ForeignKey("policies.id"))
+    baseline_job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True)
+    source_job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), nullable=True)  # regate
+    state: Mapped[str] = mapped_column(String(16), default=JobState.queued.value)
+    progress: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    submitted_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JobFile(Base):
+    """A result file of a job (log, metrics.json, report.html …), stored in the artifact store."""
+
+    __tablename__ = "job_files"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"))
+
+
+class Decision(Base):
+    """The gate decision of one job. One per job (the unique key makes redelivery harmless); never edited."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), unique=True)
+    policy_id: Mapped[str] = mapped_column(ForeignKey("policies.id"))
+    model_name: Mapped[str] = mapped_column(String(200), index=True)
+    verdict: Mapped[str] = mapped_column(String(8))
+    headline: Mapped[dict[str, Any]] = mapped_column(JSON)
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Waiver(Base):
+    __tablename__ = "waivers"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    decision_id: Mapped[str] = mapped_column(ForeignKey("decisions.id"), index=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    justification: Mapped[str] = mapped_column(Text)
+    approver: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Baseline(Base):
+    __tablename__ = "baselines"
+
+    model_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    set_by: Mapped[str] = mapped_column(String(200))
+    set_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AuditEvent(Base):
+    """Append-only: who did what to which record, and when."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_subject", "subject_type", "subject_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64))
+    subject_type: Mapped[str] = mapped_column(String(32))
+    subject_id: Mapped[str] = mapped_column(String(200))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class WorkerHeartbeat(Base):
+    """A worker (Celery or embedded) alive and consuming the named queues."""
+
+    __tablename__ = "worker_heartbeats"
+
+    hostname: Mapped[str] = mapped_column(String(200), primary_key=True)
+    queues: Mapped[str] = mapped_column(String(200))
+    last_seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ImmutableRecordError(RuntimeError):
+    pass
+
+
+def _refuse_change(mapper, connection, target) -> None:  # noqa: ARG001
+    raise ImmutableRecordError(f"{type(target).__name__} records are never edited nor deleted")
+
+
+for _cls in (Decision, AuditEvent):
+    event.listen(_cls, "before_update", _refuse_change)
+    event.listen(_cls, "before_delete", _refuse_change)
+
+
+def as_utc(value: dt.datetime | None) -> dt.datetime | None:
+    """SQLite returns naive datetimes; every stored time is UTC."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=dt.UTC)

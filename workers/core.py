@@ -1,0 +1,101 @@
+"""The only place the service layer calls into the other areas of clgate (engine, policy, gate).
+
+Thin adapters, no maths: the job runner and the API import these so that a change of a library
+signature is one edit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class InputProblem(ValueError):
+    """User input (spec, policy, log) that cannot be used; ``problems`` are ``field: reason`` lines."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = [str(p) for p in problems] or ["invalid input"]
+        super().__init__("; ".join(self.problems))
+
+
+def parse_policy(document: dict[str, Any]):
+    """A validated :class:`clgate.policy.Policy`; raises :class:`InputProblem` with the rule positions."""
+    from clgate.policy import parse_policy as _parse
+
+    try:
+        return _parse(document)
+    except ValueError as exc:
+        raise InputProblem(list(getattr(exc, "problems", None) or str(exc).splitlines())) from None
+
+
+def parse_job_spec(document: dict[str, Any]):
+    """A validated :class:`schemas.job.JobSpec`; raises :class:`InputProblem`."""
+    from schemas.job import JobSpec, JobSpecError
+
+    try:
+        return JobSpec.parse(document)
+    except JobSpecError as exc:
+        raise InputProblem(exc.problems) from None
+
+
+def load_log(path: Path):
+    """A validated :class:`schemas.EvaluationLog`; raises :class:`InputProblem`."""
+    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+
+    try:
+        return EvaluationLog.load(path)
+    except EvaluationLogError as exc:
+        raise InputProblem(exc.problems) from None
+
+
+def run_engine(
+    spec,
+    out_dir: Path,
+    *,
+    progress: Callable[[Any], None],
+    should_stop: Callable[[], bool],
+    base_dir: Path,
+) -> list[Path]:
+    """``clgate.engine.run_job``: one evaluation log per seed (a partial log when stopped)."""
+    from clgate.engine import run_job
+    from clgate.engine.errors import EngineInputError
+
+    try:
+        return list(run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir))
+    except EngineInputError as exc:
+        raise InputProblem(str(exc).splitlines()) from None
+
+
+def gate(logs: Sequence[Any], policy, *, baseline, out_dir: Path, provenance: dict[str, Any]):
+    """``clgate.gate.gate_logs`` → the decision (writes report.html, report.md, decision.json …)."""
+    from clgate.gate import gate_logs
+
+    result = gate_logs(logs, policy, baseline=baseline, out_dir=out_dir, provenance=provenance)
+    return getattr(result, "decision", result)
+
+
+def progress_dict(progress: Any) -> dict[str, Any]:
+    """The engine's progress object → the job record's ``progress`` (fraction, task, iteration, message)."""
+    if hasattr(progress, "model_dump"):
+        raw = progress.model_dump(mode="json")
+    elif isinstance(progress, dict):
+        raw = dict(progress)
+    else:
+        raw = {k: v for k, v in vars(progress).items() if not k.startswith("_")} if hasattr(progress, "__dict__") else {}
+    out: dict[str, Any] = {}
+    fraction = raw.get("fraction")
+    if fraction is None and raw.get("total_iterations"):
+        fraction = (raw.get("iteration") or 0) / raw["total_iterations"]
+    if fraction is not None:
+        out["fraction"] = max(0.0, min(1.0, float(fraction)))
+    for key in ("task", "iteration"):
+        if isinstance(raw.get(key), int):
+            out[key] = raw[key]
+    message = raw.get("message")
+    if message is None:
+        parts = [f"{k}={raw[k]}" for k in ("seed", "task", "iteration", "last_acc") if raw.get(k) is not None]
+        message = " ".join(parts) or None
+    if message is not None:
+        out["message"] = str(message)[:500]
+    return out

@@ -1,0 +1,118 @@
+"""The embedded executor: jobs run in a background process pool of the API process, no broker needed.
+
+Same task code as the Celery workers (:func:`workers.runner.execute_job`); the pool uses ``spawn``
+processes so that training never holds the API's event loop or its GIL. On start it takes back the
+jobs a previous run left queued or running (the task is idempotent). Transient faults are retried a
+few times with a backoff, like the Celery task.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import multiprocessing
+import socket
+import threading
+import time
+
+from sqlalchemy import select
+
+from service.settings import Settings
+from service.store.models import Job, JobState
+from workers import runner
+
+log = logging.getLogger("clgate.embedded")
+
+MAX_TRANSIENT_RETRIES = 3
+
+
+def _child(job_id: str, settings_json: str) -> str:
+    settings = Settings.model_validate_json(settings_json)
+    for attempt in range(MAX_TRANSIENT_RETRIES + 1):
+        try:
+            return runner.execute_job(job_id, settings, actor=f"embedded:{socket.gethostname()}")
+        except runner.TRANSIENT:
+            if attempt == MAX_TRANSIENT_RETRIES:
+                raise
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
+
+
+class EmbeddedExecutor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._settings_json = settings.model_dump_json()
+        self._lock = threading.Lock()
+        self._pool: cf.ProcessPoolExecutor | None = None
+        self._heartbeat: runner.Heartbeat | None = None
+        self.hostname = f"embedded@{socket.gethostname()}"
+
+    def _new_pool(self) -> cf.ProcessPoolExecutor:
+        return cf.ProcessPoolExecutor(
+            max_workers=self.settings.embedded_workers, mp_context=multiprocessing.get_context("spawn")
+        )
+
+    def start(self) -> None:
+        with self._lock:
+            self._pool = self._new_pool()
+        ctx = runner.context(self.settings)
+        self._heartbeat = runner.Heartbeat(ctx, self.hostname, "cpu,gpu").start()
+        with ctx.sessions() as s:
+            pending = s.scalars(
+                select(Job.id)
+                .where(Job.state.in_([JobState.queued.value, JobState.running.value]))
+                .order_by(Job.created_at)
+            ).all()
+        for job_id in pending:
+            log.info("resuming job %s left over by a previous run", job_id)
+            self.submit(job_id, queue="")
+
+    def submit(self, job_id: str, *, queue: str) -> None:  # noqa: ARG002 - one pool serves both queues
+        with self._lock:
+            if self._pool is None:
+                raise RuntimeError("the embedded executor is not running")
+            try:
+                future = self._pool.submit(_child, job_id, self._settings_json)
+            except cf.BrokenExecutor:
+                self._pool = self._new_pool()
+                future = self._pool.submit(_child, job_id, self._settings_json)
+        future.add_done_callback(lambda f, job_id=job_id: self._done(job_id, f))
+
+    def _done(self, job_id: str, future: cf.Future) -> None:
+        if future.cancelled():
+            return
+        exc = future.exception()
+        if exc is None:
+            return
+        log.error("job %s: %s", job_id, exc)
+        if isinstance(exc, cf.BrokenExecutor):
+            # the child died (out of memory, killed): run the job again in a fresh pool, like a redelivery
+            with self._lock:
+                if self._pool is not None:
+                    self._pool = self._new_pool()
+            self._fail_if_repeated(job_id)
+
+    def _fail_if_repeated(self, job_id: str) -> None:
+        ctx = runner.context(self.settings)
+        with ctx.sessions() as s:
+            job = s.get(Job, job_id)
+            attempts = job.attempts if job is not None else 0
+        if attempts < 3:
+            self.submit(job_id, queue="")
+        else:
+            from service.store.db import audit, session_scope
+
+            with session_scope(ctx.sessions) as s:
+                job = s.get(Job, job_id)
+                if job is not None and not JobState(job.state).terminal:
+                    job.state, job.error = JobState.failed.value, "the job's process died 3 times"
+                    job.finished_at = runner.utcnow()
+                    audit(s, self.hostname, "job.failed", "job", job_id, error=job.error)
+
+    def shutdown(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)

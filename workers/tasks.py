@@ -1,0 +1,50 @@
+"""Celery tasks: thin wrappers over :func:`workers.runner.execute_job` (retries on named transient faults)."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import signals
+
+from workers import runner
+from workers.app import TASK_NAME, app
+
+log = logging.getLogger("clgate.worker")
+
+
+@app.task(
+    name=TASK_NAME,
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=runner.TRANSIENT,
+    retry_backoff=True,
+    retry_backoff_max=120,
+    retry_jitter=True,
+    max_retries=5,
+)
+def run_job(self, job_id: str) -> str:
+    """Run job ``job_id`` (all its inputs are in the store); idempotent, so redelivery is safe."""
+    return runner.execute_job(job_id, actor=f"worker:{self.request.hostname or runner.worker_name()}")
+
+
+_heartbeat: runner.Heartbeat | None = None
+
+
+@signals.worker_ready.connect
+def _start_heartbeat(sender=None, **_: object) -> None:
+    """Record this worker and its queues in the store every few seconds (``clgate_workers`` gauge)."""
+    global _heartbeat
+    from service.store.db import wait_for_schema
+
+    ctx = runner.context()
+    wait_for_schema(ctx.sessions.kw["bind"])
+    # the sender is the worker's consumer: its hostname and the queues it consumes
+    queues = ",".join(sorted(q.name for q in sender.app.amqp.queues.consume_from.values()))
+    _heartbeat = runner.Heartbeat(ctx, sender.hostname, queues or "gpu,cpu").start()
+
+
+@signals.worker_shutdown.connect
+def _stop_heartbeat(**_: object) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop()
