@@ -1,7 +1,250 @@
-"""Command group (filled in by its issue)."""
+"""``clgate gate`` (judge evaluation logs, or a job run first, against a policy) and ``clgate demo``.
+
+Exit codes: 0 PASS (and WARN unless ``--fail-on-warn``), 1 FAIL (or WARN with ``--fail-on-warn``),
+2 invalid input or usage (bad policy, bad log, a rule that cannot be evaluated: verdict ERROR),
+3 internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from clgate.gate import GateResult
+    from clgate.policy import Policy
+    from schemas.decision import Decision
+    from schemas.evaluation_log import EvaluationLog
+
+DEMO_STRATEGIES = ("finetune", "er")
+DEMO_POLICY = "examples/policies/digits-release.yaml"
+DEMO_JOB = "examples/jobs/digits.yaml"
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def repo_file(relative: str) -> Path:
+    """A file shipped in the repository (examples/…), found from the working directory or the package."""
+    here = Path(relative)
+    if here.exists():
+        return here
+    import clgate
+
+    shipped = Path(clgate.__file__).resolve().parents[1] / relative
+    return shipped
+
+
+def _load_policy(path: Path) -> "Policy":
+    from clgate.policy import PolicyError, load_policy
+
+    try:
+        return load_policy(path)
+    except PolicyError as exc:
+        _fail(str(exc))
+    raise AssertionError  # unreachable
+
+
+def _load_log(path: Path) -> "EvaluationLog":
+    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+
+    try:
+        return EvaluationLog.load(path)
+    except EvaluationLogError as exc:
+        _fail(str(exc))
+    raise AssertionError  # unreachable
+
+
+def print_decision(decision: "Decision", *, title: str | None = None, file: Any = None) -> None:
+    """The decision table (rich): one row per rule, then the verdict and its reasons."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from clgate.reports import evidence_text, fmt, threshold_text
+
+    console = Console(file=file or sys.stdout, width=max(100, Console().width))
+    style = {"pass": "green", "warn": "yellow", "fail": "red", "error": "magenta"}
+    table = Table(title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False)
+    for col, kw in (("status", {}), ("#", {"justify": "right"}), ("rule", {}), ("value", {"justify": "right"}),
+                    ("threshold", {}), ("margin", {"justify": "right"}), ("evidence", {})):
+        table.add_column(col, **kw)
+    for r in decision.rules:
+        ev = evidence_text(r.evidence) if r.status != "error" else r.message
+        sev = " (warn)" if r.severity == "warn" else ""
+        table.add_row(
+            f"[{style[r.status]}]{r.status.upper()}[/]", str(r.index), r.id + sev,
+            fmt(r.value) if r.status != "error" else "—", threshold_text(r), fmt(r.margin), ev,
+        )
+    console.print(table)
+    for err in decision.errors:
+        console.print(f"[magenta]error:[/] {err}", markup=True, highlight=False)
+    color = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "ERROR": "magenta"}[decision.verdict]
+    console.print(f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False)
+
+
+def exit_code(verdict: str, fail_on_warn: bool) -> int:
+    """0 PASS (WARN too unless fail_on_warn), 1 FAIL, 2 ERROR.
+
+    >>> exit_code("WARN", False), exit_code("WARN", True), exit_code("FAIL", False), exit_code("ERROR", True)
+    (0, 1, 1, 2)
+    """
+    if verdict == "WARN":
+        return 1 if fail_on_warn else 0
+    return {"PASS": 0, "FAIL": 1, "ERROR": 2}[verdict]
+
+
+def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
+    from clgate.engine import run_job
+    from schemas.job import JobSpec, JobSpecError
+
+    try:
+        spec = JobSpec.load(job)
+        if overrides:
+            spec = spec.with_overrides(overrides)
+    except JobSpecError as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(f"{job}: {exc}")
+    typer.echo(f"running job {job} …", err=True)
+    return run_job(spec, out / "logs", base_dir=job.parent.resolve())
+
+
+def gate_command(
+    logs_args: Annotated[
+        list[Path] | None, typer.Argument(help="More evaluation logs (so that --log runs/*.json works).", show_default=False)
+    ] = None,
+    log: Annotated[
+        list[Path] | None,
+        typer.Option("--log", "-l", help="Evaluation log; repeatable. Several logs = several seeds of one job."),
+    ] = None,
+    job: Annotated[Path | None, typer.Option("--job", help="Run this job spec first (engine), then gate its logs.")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a job field (with --job), e.g. strategy.name=er.")
+    ] = None,
+    policy_path: Annotated[
+        Path | None, typer.Option("--policy", "-p", help="Policy (clgate.policy/v1, YAML or JSON). Required.")
+    ] = None,
+    baseline_path: Annotated[Path | None, typer.Option("--baseline", help="Baseline log for regression rules.")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write report.html/.md, decision.json, metrics.json, fmeca.csv, junit.xml here.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write the JUnit XML here.")] = None,
+    summary_md: Annotated[
+        Path | None, typer.Option("--summary-md", help="Also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
+    ] = None,
+    fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="Exit 1 on WARN too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON instead of the table.")] = False,
+) -> None:
+    """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
+
+    Exit codes: 0 PASS (and WARN unless --fail-on-warn), 1 FAIL, 2 invalid input or usage, 3 internal error.
+    """
+    log_paths = list(log or []) + list(logs_args or [])
+    if job is not None and log_paths:
+        _fail("give either --log LOG… or --job SPEC, not both")
+    if job is None and not log_paths:
+        _fail("nothing to gate: give --log LOG (repeatable) or --job SPEC.yaml")
+    if set_ and job is None:
+        _fail("--set applies to --job only")
+    if policy_path is None:
+        _fail("--policy POLICY.yaml is required")
+    assert policy_path is not None
+    policy = _load_policy(policy_path)
+    baseline = _load_log(baseline_path) if baseline_path is not None else None
+    if job is not None:
+        if not job.exists():
+            _fail(f"--job: {job} does not exist")
+        log_paths = _run_job(job, out or Path("clgate-out"), list(set_ or []))
+    logs = [_load_log(p) for p in log_paths]
+
+    from clgate.gate import gate_logs
+
+    provenance = {
+        "command": "clgate gate",
+        "logs": [str(p) for p in log_paths],
+        "policy_file": str(policy_path),
+        "baseline_file": str(baseline_path) if baseline_path else None,
+        "job": str(job) if job else None,
+    }
+    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance)
+    _write_extras(result, junit, summary_md)
+    if as_json:
+        typer.echo(result.decision.model_dump_json(indent=2))
+    else:
+        print_decision(result.decision)
+        if result.files:
+            typer.echo(f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
+                       "metrics.json, fmeca.csv, junit.xml)")
+    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn))
+
+
+def _write_extras(result: "GateResult", junit: Path | None, summary_md: Path | None) -> None:
+    from clgate.reports import render_junit, render_markdown
+
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(render_junit(result.decision), encoding="utf-8")
+    if summary_md is not None:
+        summary_md.parent.mkdir(parents=True, exist_ok=True)
+        # append: $GITHUB_STEP_SUMMARY is shared by the steps of a job
+        with summary_md.open("a", encoding="utf-8") as fh:
+            fh.write(render_markdown(result.decision))
+
+
+def demo_command(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the two reports go.")] = Path("clgate-out"),
+    policy_path: Annotated[
+        Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs [default: {DEMO_POLICY}].")
+    ] = None,
+    job_path: Annotated[
+        Path | None, typer.Option("--job", help=f"Job spec; the demo sets strategy.name [default: {DEMO_JOB}].")
+    ] = None,
+) -> None:
+    """Run finetune and ER on the bundled digits, gate both with the example policy, write both reports.
+
+    No server, CPU only, about a minute. ER is expected to PASS and finetune to FAIL (it forgets the
+    old classes: MICA and min-ACC collapse).
+    """
+    from clgate.engine import run_job
+    from clgate.gate import gate_logs
+    from schemas.job import JobSpec, JobSpecError
+
+    policy_file = policy_path or repo_file(DEMO_POLICY)
+    job_file = job_path or repo_file(DEMO_JOB)
+    if not policy_file.exists():
+        _fail(f"demo policy {policy_file} not found (run from the repository, or pass --policy)")
+    if not job_file.exists():
+        _fail(f"demo job {job_file} not found (run from the repository, or pass --job)")
+    policy = _load_policy(policy_file)
+    try:
+        base_spec = JobSpec.load(job_file)
+    except JobSpecError as exc:
+        _fail(str(exc))
+    verdicts: dict[str, str] = {}
+    for strategy in DEMO_STRATEGIES:
+        t0 = time.perf_counter()
+        spec = base_spec.with_overrides([f"strategy.name={strategy}"])
+        run_dir = out / strategy
+        typer.echo(f"==> {strategy}: training on digits with continual evaluation …", err=True)
+        paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
+        logs = [_load_log(p) for p in paths]
+        provenance = {"command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
+                      "policy_file": str(policy_file), "logs": [str(p) for p in paths]}
+        result = gate_logs(logs, policy, out_dir=run_dir, provenance=provenance)
+        print_decision(result.decision, title=f"{strategy} — policy {policy.name} v{policy.version}")
+        typer.echo(f"    report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n")
+        verdicts[strategy] = result.decision.verdict
+    typer.echo("demo verdicts: " + ", ".join(f"{s} {v}" for s, v in verdicts.items()))
+    typer.echo(f"open {out / 'er' / 'report.html'} and {out / 'finetune' / 'report.html'}")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``gate`` and ``demo`` to the root app."""
+    app.command("gate", no_args_is_help=True)(gate_command)
+    app.command("demo")(demo_command)
