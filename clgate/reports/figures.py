@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,10 @@ def _svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": "clgate"})
     text = buf.getvalue()
     start = text.find("<svg")
-    return text[start:] if start >= 0 else text
+    text = text[start:] if start >= 0 else text
+    # the RDF metadata block only names namespaces (purl.org, creativecommons.org): drop it
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+    return re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
 
 
 def _per_task(v: Any, k: int) -> np.ndarray:
