@@ -45,6 +45,15 @@ def _per_task(v: Any, k: int) -> np.ndarray:
     return np.array([np.nan if x is None else float(x) for x in v], dtype=float)
 
 
+def _nanmean(series: np.ndarray) -> np.ndarray:
+    """Column means ignoring NaN; NaN (no warning) where a column has no value (e.g. RAF at task 1)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(series, axis=0)
+
+
 def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
     """ACC and MICA (and MICA of old classes) at each task end; one thin line per run, bold mean."""
     k = runs[0].n_tasks
@@ -59,7 +68,7 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
         if len(runs) > 1:
             for s in series:
                 ax.plot(x, s, color=color, alpha=0.25, linewidth=1)
-        mean = np.nanmean(series, axis=0) if len(runs) > 1 else series[0]
+        mean = _nanmean(series) if len(runs) > 1 else series[0]
         ax.plot(x, mean, marker="o", color=color, linewidth=2, label=label, gid=f"line-{metric}")
     ax.set_xlabel("task k")
     ax.set_ylabel("accuracy")
@@ -147,8 +156,7 @@ def raa_raf(runs: Sequence[Any]) -> str:
         series = np.array([_per_task(r.metrics.get(metric), k) for r in runs])
         if np.all(np.isnan(series)):
             continue
-        with np.errstate(all="ignore"):
-            mean = np.nanmean(series, axis=0) if len(runs) > 1 else series[0]
+        mean = _nanmean(series) if len(runs) > 1 else series[0]
         ax.plot(x, mean, marker="s", color=color, linewidth=2, label=label, gid=f"line-{metric}")
         drawn = True
     ax.set_xlabel("task k")
