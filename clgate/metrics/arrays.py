@@ -49,8 +49,9 @@ def wilson_interval(correct: Any, total: Any, *, confidence: float = 0.95) -> tu
     denom = 1.0 + z2n
     centre = (p + z2n / 2.0) / denom
     half = z / denom * np.sqrt(p * (1.0 - p) / n_safe + z2n / (4.0 * n_safe))
-    lo = np.where(evaluated, np.clip(centre - half, 0.0, 1.0), np.nan)
-    hi = np.where(evaluated, np.clip(centre + half, 0.0, 1.0), np.nan)
+    # lo ≤ p ≤ hi holds exactly; clamp so that rounding cannot break it (e.g. lo = 3e-17 at p = 0)
+    lo = np.where(evaluated, np.clip(np.minimum(centre - half, p), 0.0, 1.0), np.nan)
+    hi = np.where(evaluated, np.clip(np.maximum(centre + half, p), 0.0, 1.0), np.nan)
     return lo, hi
 
 
