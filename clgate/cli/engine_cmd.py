@@ -1,7 +1,226 @@
-"""Command group (filled in by its issue)."""
+"""``clgate run`` (continual retraining with continual evaluation) and ``clgate evaluate`` (checkpoints).
+
+torch is imported inside the commands, so ``clgate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+if TYPE_CHECKING:
+    from clgate.engine import Progress
+    from schemas.job import JobSpec
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print an error for a person (no traceback) and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _load_spec(spec_path: Path | None, overrides: list[str], base: dict[str, Any]) -> "JobSpec":
+    from schemas.job import JobSpec, JobSpecError
+
+    try:
+        if spec_path is not None:
+            spec = JobSpec.load(spec_path)
+            return spec.with_overrides(overrides) if overrides else spec
+        # No spec file: build one from the overrides alone (e.g. data=digits scenario.n_tasks=5).
+        import yaml
+
+        data: dict[str, Any] = dict(base)
+        for text in overrides:
+            key, sep, raw = text.partition("=")
+            if not sep:
+                raise JobSpecError([f"override {text!r}: expected key=value"])
+            node = data
+            parts = key.strip().split(".")
+            if parts[0] == "strategy" and len(parts) == 2 and parts[1] != "name":
+                parts = ["strategy", "params", parts[1]]
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+        return JobSpec.parse(data, source="command line")
+    except JobSpecError as exc:
+        fail(str(exc))
+    raise AssertionError("unreachable")
+
+
+def _common_overrides(seeds: str | None, device: str | None) -> list[str]:
+    out = []
+    if seeds is not None:
+        out.append(f"seeds=[{seeds}]")
+    if device is not None:
+        out.append(f"device={device}")
+    return out
+
+
+class _Display:
+    """Progress for a person: a rich bar on a terminal, plain periodic lines otherwise."""
+
+    def __init__(self, enabled: bool, interval_s: float = 5.0) -> None:
+        self.enabled = enabled
+        self.tty = sys.stderr.isatty()
+        self.interval_s = interval_s
+        self.bar: Any = None
+        self.task_id: Any = None
+        self.last_line = 0.0
+        self.last_key: tuple[int, int] | None = None
+        self.last_printed: tuple[int, int] | None = None
+
+    def __enter__(self) -> "_Display":
+        if self.enabled and self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("iterations"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[last_eval]}"),
+                transient=False,
+            )
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def __call__(self, p: "Progress") -> None:
+        if not self.enabled:
+            return
+        last = "last eval —" if p.last_eval is None else f"last eval {p.last_eval:.3f}"
+        desc = f"seed {p.seed} ({p.seed_index + 1}/{p.n_seeds}) task {p.task}/{p.n_tasks}"
+        if self.bar is not None:
+            if self.task_id is None or self.last_key is None or self.last_key[0] != p.seed_index:
+                self.task_id = self.bar.add_task(desc, total=max(1, p.total_iterations), last_eval=last)
+            self.bar.update(self.task_id, completed=p.iteration, total=max(1, p.total_iterations),
+                            description=desc, last_eval=last)
+            self.last_key = (p.seed_index, p.task)
+            return
+        now = time.monotonic()
+        key = (p.seed_index, p.task)
+        if (p.seed_index, p.iteration) == self.last_printed:
+            return
+        if key != self.last_key or now - self.last_line >= self.interval_s or p.iteration >= p.total_iterations:
+            self.last_printed = (p.seed_index, p.iteration)
+            eta = ""
+            if p.total_iterations // 20 < p.iteration < p.total_iterations:
+                eta = f", ETA {p.elapsed_s / p.iteration * (p.total_iterations - p.iteration):.0f}s"
+            typer.echo(f"{desc}: iteration {p.iteration}/{p.total_iterations}{eta}, {last}", err=True)
+            self.last_line = now
+            self.last_key = key
+
+
+def _execute(spec: "JobSpec", out: Path, base_dir: Path | None, quiet: bool) -> None:
+    from clgate.engine import EngineInputError, run_job
+    from schemas.evaluation_log import EvaluationLog
+
+    try:
+        with _Display(enabled=not quiet) as display:
+            paths = run_job(spec, out, progress=display, base_dir=base_dir)
+    except KeyboardInterrupt as exc:
+        written = getattr(exc, "paths", [])
+        where = f"; partial log written to {written[-1]}" if written else ""
+        typer.echo(f"interrupted{where}", err=True)
+        raise typer.Exit(130) from None
+    except EngineInputError as exc:
+        fail(str(exc))
+    except Exception as exc:  # a bug, not the input: exit 3 with the message
+        fail(f"internal error: {type(exc).__name__}: {exc}", code=3)
+    for path in paths:
+        log = EvaluationLog.load(path)
+        end = [p for p in log.points if p.task_end][-1]
+        total = sum(end.total or [])
+        acc = sum(end.correct or []) / total if total else float("nan")
+        typer.echo(f"{path}: {len(log.points)} evaluation points, final accuracy {acc:.4f}")
+
+
+def run_command(
+    spec: Annotated[Path, typer.Argument(help="Job specification (YAML or JSON).", show_default=False)],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="Field overrides key=value, e.g. strategy.name=er training.epochs=2.")
+    ] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")] = None,
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds, one log each (e.g. 0,1,2).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto (CUDA when present), cpu, cuda, cuda:N.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs (log-seed{S}.json).")] = Path("clgate-out"),
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+) -> None:
+    """Retrain a candidate class-incrementally with a strategy, evaluating it continually."""
+    all_overrides = list(overrides or []) + list(set_ or []) + _common_overrides(seeds, device)
+    job = _load_spec(spec, all_overrides, {})
+    if job.mode != "retrain":
+        fail(f"{spec}: mode is {job.mode!r}; use `clgate evaluate` for checkpoints")
+    _execute(job, out, spec.resolve().parent, quiet)
+
+
+def evaluate_command(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="More checkpoints, the job spec (.yaml/.yml/.json) and key=value overrides.", show_default=False
+        ),
+    ] = None,
+    checkpoints: Annotated[
+        list[str] | None,
+        typer.Option("--checkpoints", "-c", help="Checkpoint PATH, PATH@ITERATION or PATH@ITERATION:TASK."),
+    ] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")] = None,
+    seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds (they pick the eval subsample).")] = None,
+    device: Annotated[str | None, typer.Option(help="auto (CUDA when present), cpu, cuda, cuda:N.")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs.")] = Path("clgate-out"),
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+) -> None:
+    """Evaluate a sequence of checkpoints (one per task end, or more with iterations) on held-out data.
+
+    Example: clgate evaluate --checkpoints t1.safetensors t2.safetensors t3.safetensors job.yaml --out out/
+    """
+    spec_path: Path | None = None
+    overrides: list[str] = []
+    cks = list(checkpoints or [])
+    for arg in args or []:
+        if arg.lower().endswith(SPEC_SUFFIXES):
+            if spec_path is not None:
+                fail(f"two job specs given: {spec_path} and {arg}")
+            spec_path = Path(arg)
+        elif "=" in arg and not Path(arg).exists():
+            overrides.append(arg)
+        else:
+            cks.append(arg)
+    if not cks:
+        fail("give the checkpoints: --checkpoints CK1 CK2 … (one per task end, or PATH@ITERATION:TASK)")
+    overrides += list(set_ or []) + _common_overrides(seeds, device)
+    overrides.append("mode=evaluate")
+    overrides.append("checkpoints=" + _yaml_list(cks))
+    job = _load_spec(spec_path, overrides, {"model": {}})
+    # Checkpoints given on the command line are relative to the current directory.
+    from schemas.job import CheckpointSpec
+
+    job = job.model_copy(
+        update={"checkpoints": [c.model_copy(update={"path": str(Path(c.path).resolve())}) for c in job.checkpoints or []]}
+    ) if job.checkpoints else job
+    if job.checkpoints is not None:
+        assert all(isinstance(c, CheckpointSpec) for c in job.checkpoints)
+    _execute(job, out, spec_path.resolve().parent if spec_path else Path.cwd(), quiet)
+
+
+def _yaml_list(items: list[str]) -> str:
+    import json
+
+    return json.dumps(items)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``run`` and ``evaluate`` to the root app."""
+    app.command("run")(run_command)
+    app.command("evaluate")(evaluate_command)

@@ -1,0 +1,30 @@
+"""The engine: continual retraining with continual evaluation, writing ``clgate.evaluation-log/v1``.
+
+torch is imported here and in the modules below, never in the pure core (metrics, policy, fmeca).
+
+- :mod:`~clgate.engine.data` — digits, NPZ, image folder, synthetic; validated.
+- :mod:`~clgate.engine.scenario` — class order and task split.
+- :mod:`~clgate.engine.models` — built-in architectures, safetensors, TorchScript; pickles refused.
+- :mod:`~clgate.engine.strategies` — finetune, joint, er, gdumb, lwf, ewc; plugins by entry point.
+- :mod:`~clgate.engine.evaluator` — per-class counts on device-resident evaluation sets.
+- :mod:`~clgate.engine.resources` — parameters, memory bytes, mul-adds.
+- :mod:`~clgate.engine.runner` — :func:`run_job`.
+"""
+
+from clgate.engine.errors import DataError, EngineInputError, ModelError, StrategyError
+from clgate.engine.runner import JobCancelled, Progress, run_job
+from clgate.engine.strategies import Strategy, StrategyContext, available_strategies, get_strategy
+
+__all__ = [
+    "DataError",
+    "EngineInputError",
+    "JobCancelled",
+    "ModelError",
+    "Progress",
+    "Strategy",
+    "StrategyContext",
+    "StrategyError",
+    "available_strategies",
+    "get_strategy",
+    "run_job",
+]

@@ -1,0 +1,298 @@
+"""Data sets for the engine: bundled digits, NPZ files, image folders, synthetic clusters.
+
+Every loader returns a validated :class:`Dataset` (numpy arrays, float32 inputs, int64 labels
+``0 … C-1``) or raises :class:`~clgate.engine.errors.DataError` naming the file and the problem:
+shapes, dtypes, label range, NaN/inf, classes without test (or training) samples, and train/test
+class mismatch.
+
+>>> ds = load_data({"kind": "synthetic", "n_classes": 3, "n_features": 4, "train_per_class": 5, "test_per_class": 2})
+>>> ds.x_train.shape, ds.n_classes, ds.class_names
+((15, 4), 3, ['0', '1', '2'])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clgate.engine.errors import DataError
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
+
+
+@dataclass
+class Dataset:
+    """Held-out class set: training and test arrays with labels ``0 … C-1``."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    class_names: list[str]
+    source: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def digest(self) -> str:
+        """sha256 over the arrays and class names (provenance in the log's meta)."""
+        h = hashlib.sha256()
+        for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+            h.update(str(a.shape).encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+        h.update("\x00".join(self.class_names).encode())
+        return h.hexdigest()
+
+
+def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
+    """Load the data a job names (a ``schemas.job`` data model or an equivalent dict)."""
+    if hasattr(spec, "model_dump"):
+        spec = spec.model_dump()
+    kind = spec.get("kind")
+    if kind == "digits":
+        return load_digits(test_fraction=spec.get("test_fraction", 0.2), split_seed=spec.get("split_seed", 0))
+    if kind == "npz":
+        return load_npz(_resolve(spec["path"], base_dir))
+    if kind == "image_folder":
+        return load_image_folder(
+            _resolve(spec["path"], base_dir), size=tuple(spec.get("size", (32, 32))), color=spec.get("color", "RGB")
+        )
+    if kind == "synthetic":
+        args = {k: v for k, v in spec.items() if k != "kind"}
+        return make_synthetic(**args)
+    raise DataError(f"data: unknown kind {kind!r} (digits, npz, image_folder, synthetic)")
+
+
+def _resolve(path: str | Path, base_dir: Path | None) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    return p
+
+
+# ---------------------------------------------------------------------- validation
+def validate_arrays(
+    x_train: Any,
+    y_train: Any,
+    x_test: Any,
+    y_test: Any,
+    class_names: list[str] | None,
+    source: str,
+) -> Dataset:
+    """Check and normalise four arrays into a :class:`Dataset`; raise :class:`DataError` on the first problem.
+
+    Integer inputs are scaled to [0, 1] by their dtype's maximum (uint8 → /255); floats are kept.
+    """
+    arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    for name, a in arrays.items():
+        if not isinstance(a, np.ndarray):
+            raise DataError(f"{source}: {name} is not an array")
+        if a.size == 0:
+            raise DataError(f"{source}: {name} is empty (shape {a.shape})")
+    for name in ("x_train", "x_test"):
+        a = arrays[name]
+        if a.ndim < 2:
+            raise DataError(f"{source}: {name} has shape {a.shape}; expected (N, features…) with N samples")
+        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+            raise DataError(f"{source}: {name} has dtype {a.dtype}; expected a numeric (float or integer) array")
+    for name in ("y_train", "y_test"):
+        a = arrays[name]
+        if a.ndim != 1:
+            raise DataError(f"{source}: {name} has shape {a.shape}; expected a 1-D vector of labels")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise DataError(f"{source}: {name} has dtype {a.dtype}; labels must be integers 0 … C-1")
+    for split in ("train", "test"):
+        nx, ny = len(arrays[f"x_{split}"]), len(arrays[f"y_{split}"])
+        if nx != ny:
+            raise DataError(f"{source}: x_{split} has {nx} samples but y_{split} has {ny} labels")
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise DataError(
+            f"{source}: x_train samples have shape {x_train.shape[1:]} but x_test samples have shape {x_test.shape[1:]}"
+        )
+    for name in ("x_train", "x_test"):
+        a = arrays[name]
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+            bad = np.argwhere(~np.isfinite(a.reshape(len(a), -1)))[0][0]
+            kind = "NaN" if np.isnan(a).any() else "inf"
+            raise DataError(f"{source}: {name} contains {kind} values (first at sample {int(bad)})")
+    for name in ("y_train", "y_test"):
+        a = arrays[name]
+        if a.min() < 0:
+            raise DataError(f"{source}: {name} has negative label {int(a.min())}; labels must be 0 … C-1")
+    n_classes = int(max(y_train.max(), y_test.max())) + 1
+    if class_names is not None:
+        class_names = [str(n) for n in class_names]
+        if len(class_names) < n_classes:
+            raise DataError(
+                f"{source}: label {n_classes - 1} is out of range for {len(class_names)} class_names (labels must be 0 … C-1)"
+            )
+        if len(set(class_names)) != len(class_names):
+            raise DataError(f"{source}: class_names has duplicate names")
+        n_classes = len(class_names)
+    else:
+        class_names = [str(c) for c in range(n_classes)]
+    train_counts = np.bincount(y_train, minlength=n_classes)
+    test_counts = np.bincount(y_test, minlength=n_classes)
+    test_only = np.flatnonzero((train_counts == 0) & (test_counts > 0))
+    if len(test_only):
+        raise DataError(
+            f"{source}: train/test class mismatch: class(es) {_names(test_only, class_names)} appear in y_test but not in y_train"
+        )
+    no_train = np.flatnonzero(train_counts == 0)
+    if len(no_train):
+        raise DataError(
+            f"{source}: class(es) {_names(no_train, class_names)} have no training or test samples (labels must be 0 … C-1 without gaps)"
+        )
+    no_test = np.flatnonzero(test_counts == 0)
+    if len(no_test):
+        raise DataError(
+            f"{source}: class(es) {_names(no_test, class_names)} have no test samples (every class needs held-out samples to be evaluated)"
+        )
+    return Dataset(
+        x_train=_as_float(x_train),
+        y_train=y_train.astype(np.int64),
+        x_test=_as_float(x_test),
+        y_test=y_test.astype(np.int64),
+        class_names=class_names,
+        source=source,
+    )
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    if np.issubdtype(a.dtype, np.integer):
+        return (a.astype(np.float32) / float(np.iinfo(a.dtype).max)).astype(np.float32)
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _names(ids: np.ndarray, names: list[str]) -> str:
+    shown = [f"{int(c)}" + (f" ({names[c]})" if names[c] != str(c) else "") for c in ids[:8]]
+    return ", ".join(shown) + (f", … ({len(ids)} in all)" if len(ids) > 8 else "")
+
+
+# ---------------------------------------------------------------------- loaders
+def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
+    """scikit-learn's digits as ``(N, 1, 8, 8)`` images in [0, 1]; stratified seeded held-out split."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = sk_digits()
+    x = (bunch.data.astype(np.float32) / 16.0).reshape(-1, 1, 8, 8)
+    y = bunch.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=test_fraction, random_state=split_seed, stratify=y
+    )
+    ds = validate_arrays(x_train, y_train, x_test, y_test, [str(c) for c in range(10)], "digits")
+    ds.meta = {"test_fraction": test_fraction, "split_seed": split_seed}
+    return ds
+
+
+def load_npz(path: str | Path) -> Dataset:
+    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
+    path = Path(path)
+    source = str(path)
+    if not path.is_file():
+        raise DataError(f"{source}: no such file")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{source}: not a readable .npz file ({exc})") from None
+    if not hasattr(archive, "files"):
+        raise DataError(f"{source}: not an .npz archive (a single .npy array?); expected x_train, y_train, x_test, y_test")
+    with archive:
+        missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
+        if missing:
+            raise DataError(f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})")
+        try:
+            arrays = {k: archive[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+            names = archive["class_names"] if "class_names" in archive.files else None
+        except ValueError as exc:  # object arrays need pickle: refused
+            raise DataError(f"{source}: {exc} (object arrays are refused; store numbers and strings)") from None
+    if names is not None:
+        if names.ndim != 1 or names.dtype.kind not in "US":
+            raise DataError(f"{source}: class_names must be a 1-D array of strings, got {names.dtype} {names.shape}")
+        names = [str(n) for n in names.tolist()]
+    return validate_arrays(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source)
+
+
+def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:
+    """``train/<class>/*`` and ``test/<class>/*`` → ``(N, C, H, W)`` float images in [0, 1].
+
+    Classes are the sub-folder names of ``train/`` in sorted order; ``test/`` must have the same.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    root = Path(path)
+    for split in ("train", "test"):
+        if not (root / split).is_dir():
+            raise DataError(f"{root}: missing folder {split}/ (expected {split}/<class>/<image files>)")
+    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    test_classes = sorted(p.name for p in (root / "test").iterdir() if p.is_dir())
+    if not classes:
+        raise DataError(f"{root / 'train'}: no class folders")
+    if set(test_classes) != set(classes):
+        only_train = sorted(set(classes) - set(test_classes))
+        only_test = sorted(set(test_classes) - set(classes))
+        parts = []
+        if only_train:
+            parts.append(f"class(es) {', '.join(only_train)} have no test/ folder (no test samples)")
+        if only_test:
+            parts.append(f"class(es) {', '.join(only_test)} are in test/ but not in train/")
+        raise DataError(f"{root}: train/test class mismatch: " + "; ".join(parts))
+    out: dict[str, Any] = {}
+    for split in ("train", "test"):
+        xs: list[np.ndarray] = []
+        ys: list[int] = []
+        for label, name in enumerate(classes):
+            files = sorted(p for p in (root / split / name).iterdir() if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise DataError(f"{root / split / name}: no image files (class {name!r} has no {split} samples)")
+            for f in files:
+                try:
+                    with Image.open(f) as img:
+                        img = img.convert(color).resize((size[1], size[0]), Image.BILINEAR)
+                        a = np.asarray(img, dtype=np.uint8)
+                except (UnidentifiedImageError, OSError, ValueError) as exc:
+                    raise DataError(f"{f}: cannot decode image ({exc})") from None
+                xs.append(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))
+                ys.append(label)
+        out[f"x_{split}"] = np.stack(xs)
+        out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
+    ds = validate_arrays(out["x_train"], out["y_train"], out["x_test"], out["y_test"], classes, str(root))
+    ds.meta = {"size": list(size), "color": color}
+    return ds
+
+
+def make_synthetic(
+    *,
+    n_classes: int = 6,
+    n_features: int = 16,
+    train_per_class: int = 50,
+    test_per_class: int = 20,
+    separation: float = 3.0,
+    seed: int = 0,
+) -> Dataset:
+    """Gaussian clusters, one per class, centres ``separation`` apart on average; deterministic."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0.0, separation / np.sqrt(2.0), size=(n_classes, n_features))
+
+    def draw(per_class: int) -> tuple[np.ndarray, np.ndarray]:
+        y = np.repeat(np.arange(n_classes), per_class)
+        x = centres[y] + rng.normal(size=(len(y), n_features))
+        return x.astype(np.float32), y.astype(np.int64)
+
+    x_train, y_train = draw(train_per_class)
+    x_test, y_test = draw(test_per_class)
+    ds = validate_arrays(x_train, y_train, x_test, y_test, None, "synthetic")
+    ds.meta = {"seed": seed, "separation": separation}
+    return ds

@@ -1,0 +1,94 @@
+"""The continual evaluator: per-class correct/total counts of a model on the held-out classes.
+
+The evaluation samples of every task (optionally a fixed, seeded subsample per task) are put on the
+device **once**, ordered by task, so that "the tasks seen so far" is a prefix of one tensor — no
+gathering, no DataLoader. An evaluation is a few large batches under ``torch.inference_mode()``; the
+per-class correct counts accumulate on the device with one ``scatter_add_`` per batch and come back to
+the host with a single transfer. The model's train/eval mode is restored afterwards; nothing random
+is drawn, so RNG streams are untouched, and eval mode leaves BatchNorm statistics alone.
+
+>>> import torch
+>>> x = torch.randn(12, 3); y = torch.tensor([0, 1, 2, 3] * 3)
+>>> ev = ContinualEvaluator(x, y, tasks=[[0, 1], [2, 3]], n_classes=4, device=torch.device("cpu"))
+>>> model = torch.nn.Linear(3, 4)
+>>> correct, total = ev.evaluate(lambda x: model(x), model, seen_tasks=1)
+>>> total
+[3, 3, 0, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class ContinualEvaluator:
+    def __init__(
+        self,
+        x_test: torch.Tensor,
+        y_test: torch.Tensor,
+        *,
+        tasks: list[list[int]],
+        n_classes: int,
+        device: torch.device,
+        subsample_per_task: int | None = None,
+        seed: int = 0,
+        future_tasks: bool = False,
+        batch_size: int = 2048,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
+        y_np = y_test.cpu().numpy()
+        rng = np.random.default_rng(seed)
+        parts: list[np.ndarray] = []
+        self.ends: list[int] = []  # number of resident samples covering tasks 0 … k
+        self.totals: list[list[int]] = []  # per-class totals over tasks 0 … k
+        running = np.zeros(n_classes, dtype=np.int64)
+        count = 0
+        for classes in tasks:
+            idx = np.flatnonzero(np.isin(y_np, classes))
+            if subsample_per_task is not None and len(idx) > subsample_per_task:
+                idx = np.sort(rng.choice(idx, size=subsample_per_task, replace=False))
+            parts.append(idx)
+            count += len(idx)
+            running += np.bincount(y_np[idx], minlength=n_classes)
+            self.ends.append(count)
+            self.totals.append(running.tolist())
+        order = torch.from_numpy(np.concatenate(parts))
+        self.x = x_test[order].to(device)
+        self.y = y_test[order].to(device)
+        self.n_classes = n_classes
+        self.device = device
+        self.future_tasks = future_tasks
+        self.batch_size = batch_size
+        self.autocast = autocast
+        self._correct = torch.zeros(n_classes, dtype=torch.long, device=device)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.y)
+
+    def evaluate(
+        self, predict: Callable[[torch.Tensor], torch.Tensor], model: nn.Module, *, seen_tasks: int
+    ) -> tuple[list[int], list[int]]:
+        """Per-class ``(correct, total)`` over the tasks ``1 … seen_tasks`` (all with future tasks)."""
+        k = len(self.ends) if self.future_tasks else seen_tasks
+        n = self.ends[k - 1]
+        correct = self._correct
+        correct.zero_()
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode(), self.autocast():
+                for start in range(0, n, self.batch_size):
+                    end = min(start + self.batch_size, n)
+                    y = self.y[start:end]
+                    pred = predict(self.x[start:end]).argmax(dim=1)
+                    correct.scatter_add_(0, y, (pred == y).long())
+        finally:
+            model.train(was_training)
+        return correct.tolist(), list(self.totals[k - 1])

@@ -1,0 +1,328 @@
+"""Candidate models: built-in architectures, safetensors / state-dict weights, TorchScript modules.
+
+Built-ins: ``mlp`` (two hidden layers of 400, the Split-MNIST MLP of De Lange et al.), ``cnn`` (a
+small conv net) and ``resnet18-slim`` (the reduced ResNet-18 of Lopez-Paz & Ranzato, GEM 2017: 20
+base filters, adaptive pooling so that any image size works).
+
+Files are identified by their bytes before anything is loaded (:func:`inspect_model_file`):
+
+- ``safetensors`` — loaded with ``safetensors.torch.load_file`` (no code execution possible);
+- ``torchscript`` — a ``torch.jit.save`` zip (``constants.pkl``, ``code/``), loaded with ``torch.jit.load``;
+- ``state_dict`` — a ``torch.save`` zip whose pickle only references tensor-rebuilding globals,
+  loaded with ``torch.load(weights_only=True)``;
+- ``pickled_model`` / ``pickle`` — a ``torch.save(model)`` zip whose pickle references classes (or any
+  other pickle): **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``,
+  which decodes opcodes without executing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import pickletools
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from clgate.engine.errors import ModelError
+
+BUILTIN_ARCHS = ("mlp", "cnn", "resnet18-slim")
+
+EXPORT_HINT = (
+    "clgate never unpickles a whole model (unpickling runs arbitrary code). Export it as TorchScript "
+    "(torch.jit.save(torch.jit.script(model), 'model.pt'), then model.torchscript: model.pt) or save its "
+    "weights (safetensors.torch.save_file(model.state_dict(), 'model.safetensors'), then model.arch + "
+    "model.weights)"
+)
+
+# Globals a plain state dict's pickle may reference (what torch.save writes for tensors and dicts).
+_SAFE_GLOBAL_PREFIXES = ("torch._utils._rebuild_", "torch._tensor._rebuild_")
+_SAFE_GLOBALS = {
+    "collections OrderedDict",
+    "torch Size",
+    "torch device",
+    "torch dtype",
+    "torch._utils _rebuild_tensor_v2",
+    "torch._utils _rebuild_parameter",
+    "torch._utils _rebuild_parameter_with_state",
+    "builtins set",
+}
+_STORAGE_NAMES = {
+    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage", "IntStorage",
+    "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage", "UntypedStorage",
+}
+
+
+# ---------------------------------------------------------------------- architectures
+class MLP(nn.Module):
+    """Flatten → Linear(d, h) → ReLU → Linear(h, h) → ReLU → Linear(h, C) (De Lange et al., Split-MNIST)."""
+
+    def __init__(self, in_features: int, n_classes: int, hidden: int = 400) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(in_features, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, n_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class SmallCNN(nn.Module):
+    """Two conv blocks (32, 64 filters, 3×3) with max-pooling, adaptive pooling, a linear head."""
+
+    def __init__(self, in_channels: int, n_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2, ceil_mode=True),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+            nn.Flatten(),
+        )
+        self.head = nn.Linear(64 * 4, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class _BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, in_planes: int, planes: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or in_planes != planes:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(in_planes, planes, 1, stride=stride, bias=False), nn.BatchNorm2d(planes)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet18Slim(nn.Module):
+    """Reduced ResNet-18 of Lopez-Paz & Ranzato (GEM, NeurIPS 2017): [2, 2, 2, 2] blocks, ``nf = 20``."""
+
+    def __init__(self, in_channels: int, n_classes: int, nf: int = 20) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, nf, 3, stride=1, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(nf)
+        layers = []
+        in_planes = nf
+        for planes, stride in ((nf, 1), (2 * nf, 2), (4 * nf, 2), (8 * nf, 2)):
+            layers += [_BasicBlock(in_planes, planes, stride), _BasicBlock(planes, planes, 1)]
+            in_planes = planes
+        self.layers = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.linear = nn.Linear(8 * nf, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.pool(self.layers(out)).flatten(1)
+        return self.linear(out)
+
+
+def build_model(arch: str, input_shape: tuple[int, ...], n_classes: int, *, hidden: int = 400) -> nn.Module:
+    """A freshly initialised built-in model (seed the global RNG first for a reproducible init).
+
+    >>> m = build_model("mlp", (1, 8, 8), 10)
+    >>> m(torch.zeros(2, 1, 8, 8)).shape
+    torch.Size([2, 10])
+    >>> sum(p.numel() for p in m.parameters())
+    190410
+    """
+    if arch == "mlp":
+        return MLP(math.prod(input_shape), n_classes, hidden)
+    if arch in ("cnn", "resnet18-slim"):
+        if len(input_shape) == 2:
+            channels, prefix = 1, [nn.Unflatten(1, (1, *input_shape))]
+        elif len(input_shape) == 3:
+            channels, prefix = input_shape[0], []
+        else:
+            raise ModelError(
+                f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); the data has samples of shape {input_shape}"
+            )
+        core = SmallCNN(channels, n_classes) if arch == "cnn" else ResNet18Slim(channels, n_classes)
+        return nn.Sequential(*prefix, core) if prefix else core
+    raise ModelError(f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)})")
+
+
+# ---------------------------------------------------------------------- file inspection
+def inspect_model_file(path: str | Path) -> str:
+    """What a model file is, from its bytes only: ``safetensors``, ``torchscript``, ``state_dict``,
+    ``pickled_model``, ``pickle`` or ``unknown``. Nothing is unpickled.
+    """
+    path = Path(path)
+    with path.open("rb") as f:
+        head = f.read(16)
+    if len(head) >= 9:
+        (n,) = struct.unpack("<Q", head[:8])
+        if head[8:9] == b"{" and 0 < n < 100_000_000:
+            return "safetensors"
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+                if any(n.endswith("/constants.pkl") for n in names) or any("/code/" in n for n in names):
+                    return "torchscript"
+                pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
+                if not pkl:
+                    return "unknown"
+                payload = zf.read(pkl[0])
+        except (zipfile.BadZipFile, OSError, KeyError):
+            return "unknown"
+        return "state_dict" if _only_safe_globals(payload) else "pickled_model"
+    if head[:1] == b"\x80" or head[:1] in (b"(", b"c", b"]", b"}"):
+        return "pickle"
+    return "unknown"
+
+
+def _only_safe_globals(payload: bytes) -> bool:
+    """True when the pickle references no global outside what a tensor state dict needs (opcodes only)."""
+    strings: list[str] = []
+    try:
+        for opcode, arg, _pos in pickletools.genops(io.BytesIO(payload)):
+            name = opcode.name
+            if name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8", "SHORT_BINSTRING", "BINSTRING"):
+                strings.append(str(arg))
+            elif name in ("GLOBAL", "INST"):
+                if not _is_safe_global(*str(arg).split(" ", 1)):
+                    return False
+            elif name == "STACK_GLOBAL":
+                if len(strings) < 2 or not _is_safe_global(strings[-2], strings[-1]):
+                    return False
+            elif name in ("REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "OBJ"):
+                continue
+    except Exception:  # malformed pickle: not a state dict we accept
+        return False
+    return True
+
+
+def _is_safe_global(module: str, name: str) -> bool:
+    full = f"{module}.{name}"
+    if f"{module} {name}" in _SAFE_GLOBALS or full.startswith(_SAFE_GLOBAL_PREFIXES):
+        return True
+    return module == "torch" and name in _STORAGE_NAMES
+
+
+def file_digest(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------- loading
+def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
+    """Tensors from a safetensors file or a ``torch.save(state_dict)`` file; refuses everything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    kind = inspect_model_file(path)
+    if kind == "safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as exc:
+            raise ModelError(f"{path}: not a readable safetensors file ({exc})") from None
+    if kind == "state_dict":
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # weights_only refuses anything but tensors and containers
+            raise ModelError(f"{path}: refused: not a plain state dict ({type(exc).__name__}). {EXPORT_HINT}") from None
+        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+            obj = obj["state_dict"]
+        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+            raise ModelError(f"{path}: expected a state dict (names → tensors), found {type(obj).__name__}")
+        return obj
+    if kind in ("pickled_model", "pickle"):
+        raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
+    if kind == "torchscript":
+        raise ModelError(f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights")
+    raise ModelError(f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)")
+
+
+def load_torchscript(path: str | Path) -> torch.nn.Module:
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    kind = inspect_model_file(path)
+    if kind in ("pickled_model", "pickle"):
+        raise ModelError(f"{path}: refused: this is a pickled whole model, not TorchScript. {EXPORT_HINT}")
+    if kind in ("safetensors", "state_dict"):
+        raise ModelError(f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead")
+    if kind != "torchscript":
+        raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
+    try:
+        return torch.jit.load(str(path), map_location="cpu")
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
+
+
+def apply_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()][:6]
+        raise ModelError(f"{source}: weights do not fit the architecture: " + " ".join(lines)) from None
+
+
+def load_model(
+    *,
+    arch: str | None,
+    weights: Path | None,
+    torchscript: Path | None,
+    input_shape: tuple[int, ...],
+    n_classes: int,
+    hidden: int = 400,
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The candidate model and provenance (``model`` name, ``model_sha256``); checks its output width."""
+    info: dict[str, Any] = {}
+    if torchscript is not None:
+        model = load_torchscript(torchscript)
+        info = {"model": "torchscript", "model_file": str(torchscript), "model_sha256": file_digest(torchscript)}
+    else:
+        assert arch is not None
+        model = build_model(arch, input_shape, n_classes, hidden=hidden)
+        info = {"model": arch}
+        if weights is not None:
+            apply_weights(model, load_state_dict_file(weights), str(weights))
+            info.update(model_file=str(weights), model_sha256=file_digest(weights))
+    check_output_width(model, input_shape, n_classes, info.get("model_file") or info["model"])
+    return model, info
+
+
+def check_output_width(model: nn.Module, input_shape: tuple[int, ...], n_classes: int, source: str) -> None:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            out = model(torch.zeros(2, *input_shape))
+    except Exception as exc:
+        raise ModelError(f"{source}: the model cannot take inputs of shape {input_shape}: {exc}") from None
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != n_classes:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ModelError(f"{source}: the model outputs {shape} for a batch of 2; expected (2, {n_classes}) logits, one per class")

@@ -1,0 +1,499 @@
+"""Continual-learning strategies: a small registry of built-ins plus plugins.
+
+A strategy sees the run through hooks called by the runner (:mod:`clgate.engine.runner`):
+
+``before_task(k, x, y)`` → ``task_data(k, x, y)`` (what the task's updates iterate over) →
+per update ``loss(x, y)`` then ``after_step(x, y, first_pass=…)`` → ``after_task(k, x, y)``.
+
+``x, y`` are the task's own training tensors, resident on the device. The optimizer is rebuilt at the
+start of every task. Built-ins: ``finetune``, ``joint``, ``er``, ``gdumb``, ``lwf``, ``ewc``.
+
+Third-party strategies: a subclass of :class:`Strategy` with a ``name`` and a pydantic ``Params``
+model, published in the ``clgate.strategies`` entry-point group of its distribution::
+
+    [project.entry-points."clgate.strategies"]
+    mystrategy = "mypackage.cl:MyStrategy"
+
+>>> sorted(BUILTIN_STRATEGIES)
+['er', 'ewc', 'finetune', 'gdumb', 'joint', 'lwf']
+>>> get_strategy("er").Params().mem_size
+200
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from torch import nn
+
+from clgate.engine.errors import StrategyError
+
+ENTRY_POINT_GROUP = "clgate.strategies"
+
+
+@dataclass
+class StrategyContext:
+    """What a strategy may use: the model, the class mask, the device, seeded random streams."""
+
+    model: nn.Module
+    n_classes: int
+    device: torch.device
+    seed: int
+    batch_size: int
+    predict_over: str = "seen"
+    autocast: Callable[[], AbstractContextManager[Any]] = nullcontext
+    seen: torch.Tensor = field(init=False)
+    generator: torch.Generator = field(init=False)
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.seen = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
+        # Separate from the runner's batch-order stream: strategy draws never shift the batches.
+        self.generator = torch.Generator().manual_seed(self.seed + 1_000_003)
+        self.rng = random.Random(self.seed + 2_000_003)
+
+    def mask(self, logits: torch.Tensor, classes: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of classes outside ``classes`` (default: the seen ones) set to −inf when masking."""
+        if self.predict_over == "all" and classes is None:
+            return logits
+        keep = self.seen if classes is None else classes
+        return logits.masked_fill(~keep, float("-inf"))
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's (masked) logits; what training and evaluation both predict over."""
+        return self.mask(self.model(x))
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Strategy:
+    """Base strategy: plain cross-entropy on the current task's batches (no protection)."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        self.ctx = ctx
+        self.params = params if params is not None else self.Params()
+        #: samples passed forward+backward outside the runner's batches (replay, Fisher …)
+        self.extra_train_samples = 0
+        #: samples passed forward only (teacher outputs …)
+        self.extra_forward_samples = 0
+
+    # ---------------------------------------------------------------- hooks
+    def before_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Called before task ``k`` (0-based) starts, with its training data."""
+
+    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """Task ``k`` is already learned by the candidate (``first_task_learned``): called instead of
+        ``before_task``/updates, so that the strategy can take the task's data into its memory."""
+
+    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The data task ``k``'s updates iterate over (default: the task's own)."""
+        return x, y
+
+    def expected_train_size(self, k: int, sizes: list[int]) -> int:
+        """How many samples :meth:`task_data` will return for task ``k`` (for progress/ETA)."""
+        return sizes[k]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.ctx.logits(x), y)
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        """After each update; ``first_pass`` is true during the first epoch over the task's data."""
+
+    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """After task ``k``'s last update (and its task-end evaluation)."""
+
+    def buffer_bytes(self) -> int:
+        """Bytes of past data held (replay memory) now."""
+        return 0
+
+
+class Finetune(Strategy):
+    """Naive fine-tuning: cross-entropy on the new task only — the lower bound (catastrophic
+    forgetting; McCloskey & Cohen 1989, used as baseline by De Lange et al. 2023)."""
+
+    name = "finetune"
+
+
+class Joint(Strategy):
+    """Joint (cumulative) retraining on all data of tasks 1 … k — the upper bound used by
+    De Lange et al. 2023 and van de Ven et al. 2022 ("Three types of incremental learning")."""
+
+    name = "joint"
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        super().__init__(ctx, params)
+        self._x: list[torch.Tensor] = []
+        self._y: list[torch.Tensor] = []
+
+    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self._x.append(x)
+        self._y.append(y)
+        return torch.cat(self._x), torch.cat(self._y)
+
+    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        self._x.append(x)
+        self._y.append(y)
+
+    def expected_train_size(self, k: int, sizes: list[int]) -> int:
+        return sum(sizes[: k + 1])
+
+    def buffer_bytes(self) -> int:
+        return sum(t.nbytes for t in self._x + self._y)
+
+
+class _Memory:
+    """A fixed-size sample memory on the device, with per-class slot bookkeeping on the host."""
+
+    def __init__(self, size: int, device: torch.device) -> None:
+        self.size = size
+        self.device = device
+        self.x: torch.Tensor | None = None
+        self.y: torch.Tensor | None = None
+        self.labels: list[int] = []
+        self.slots: dict[int, list[int]] = {}
+
+    @property
+    def filled(self) -> int:
+        return len(self.labels)
+
+    def _alloc(self, x: torch.Tensor) -> None:
+        if self.x is None:
+            self.x = torch.empty((self.size, *x.shape[1:]), dtype=x.dtype, device=self.device)
+            self.y = torch.empty(self.size, dtype=torch.long, device=self.device)
+
+    def write(self, x: torch.Tensor, y: torch.Tensor, writes: dict[int, int]) -> None:
+        """Apply ``slot → batch index`` writes with one indexed copy."""
+        if not writes:
+            return
+        self._alloc(x)
+        assert self.x is not None and self.y is not None
+        dst = torch.tensor(list(writes.keys()), device=self.device)
+        src = torch.tensor(list(writes.values()), device=x.device)
+        self.x[dst] = x[src]
+        self.y[dst] = y[src]
+
+    def place(self, slot: int | None, label: int) -> int:
+        """Book ``label`` into ``slot`` (``None``: the next free one); returns the slot."""
+        if slot is None:
+            slot = len(self.labels)
+            self.labels.append(label)
+        else:
+            old = self.labels[slot]
+            self.slots[old].remove(slot)
+            self.labels[slot] = label
+        self.slots.setdefault(label, []).append(slot)
+        return slot
+
+    def largest_classes(self) -> list[int]:
+        most = max(len(s) for s in self.slots.values())
+        return [c for c, s in self.slots.items() if len(s) == most]
+
+    def nbytes(self) -> int:
+        if self.x is None or self.y is None:
+            return 0
+        n = self.filled
+        return int(self.x[0].nbytes * n + self.y[0].nbytes * n)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.x is not None and self.y is not None
+        return self.x[: self.filled], self.y[: self.filled]
+
+
+class ERParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Memory size M (samples).")
+    replay_batch_size: int | None = Field(None, ge=1, description="Replay samples per update (default: batch size).")
+
+
+class ER(Strategy):
+    """Experience replay with a class-balanced reservoir memory of ``mem_size`` samples.
+
+    Each update trains on the new batch and, beside it, a replay batch drawn uniformly from the memory
+    (Chaudhry et al. 2019, "On Tiny Episodic Memories in Continual Learning"; the ER of De Lange et al.
+    2023). The memory is filled by class-balancing reservoir sampling (Chrysakis & Moens, ICML 2020,
+    CBRS): while free, every sample is stored; when full, a sample of a class that is not among the
+    largest replaces a random sample of a largest class, otherwise it replaces a random sample of its
+    own class with probability ``m_c / n_c`` (reservoir sampling within the class). Each training
+    sample enters the stream once (during the first epoch over its task).
+    """
+
+    name = "er"
+    Params = ERParams
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        super().__init__(ctx, params)
+        self.memory = _Memory(self.params.mem_size, ctx.device)
+        self.seen_counts: dict[int, int] = {}
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        mem = self.memory
+        if mem.filled:
+            n = self.params.replay_batch_size or self.ctx.batch_size
+            idx = torch.randint(mem.filled, (n,), generator=self.ctx.generator).to(self.ctx.device)
+            assert mem.x is not None and mem.y is not None
+            x = torch.cat([x, mem.x[idx]])
+            y = torch.cat([y, mem.y[idx]])
+            self.extra_train_samples += n
+        return F.cross_entropy(self.ctx.logits(x), y)
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        if first_pass:
+            self.observe(x, y)
+
+    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        order = torch.randperm(len(y), generator=self.ctx.generator).to(y.device)
+        self.observe(x[order], y[order])
+
+    def observe(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        mem, rng = self.memory, self.ctx.rng
+        writes: dict[int, int] = {}
+        for i, c in enumerate(y.tolist()):
+            n_c = self.seen_counts.get(c, 0) + 1
+            self.seen_counts[c] = n_c
+            if mem.filled < mem.size:
+                writes[mem.place(None, c)] = i
+                continue
+            largest = mem.largest_classes()
+            if c not in largest:
+                victim_class = largest[rng.randrange(len(largest))]
+                slot = mem.slots[victim_class][rng.randrange(len(mem.slots[victim_class]))]
+                writes[mem.place(slot, c)] = i
+            else:
+                m_c = len(mem.slots[c])
+                if rng.random() < m_c / n_c:
+                    slot = mem.slots[c][rng.randrange(m_c)]
+                    writes[mem.place(slot, c)] = i
+        mem.write(x, y, writes)
+
+    def buffer_bytes(self) -> int:
+        return self.memory.nbytes()
+
+
+class GDumbParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Memory size M (samples).")
+
+
+class GDumb(Strategy):
+    """GDumb (Prabhu, Torr & Dokania, ECCV 2020): a greedy class-balanced memory of ``mem_size``
+    samples; at each task the model is reset to the candidate's initial weights and trained from
+    scratch on the memory only. The task's updates are the ones on the memory.
+    """
+
+    name = "gdumb"
+    Params = GDumbParams
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        super().__init__(ctx, params)
+        self.memory = _Memory(self.params.mem_size, ctx.device)
+        self.initial_state = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
+        self.n_seen = 0
+
+    def before_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        self._fill(x, y)
+        self.ctx.model.load_state_dict(self.initial_state)
+
+    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        self._fill(x, y)
+
+    def _fill(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        mem, rng = self.memory, self.ctx.rng
+        order = torch.randperm(len(y), generator=self.ctx.generator)
+        xs, ys = x[order.to(x.device)], y[order.to(y.device)]
+        writes: dict[int, int] = {}
+        classes_seen = set(mem.slots) | set(y.unique().tolist())
+        quota = mem.size / max(1, len(classes_seen))
+        for i, c in enumerate(ys.tolist()):
+            if mem.filled < mem.size:
+                writes[mem.place(None, c)] = i
+            elif len(mem.slots.get(c, ())) < quota:
+                largest = mem.largest_classes()
+                victim_class = largest[rng.randrange(len(largest))]
+                slot = mem.slots[victim_class][rng.randrange(len(mem.slots[victim_class]))]
+                writes[mem.place(slot, c)] = i
+        mem.write(xs, ys, writes)
+
+    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mx, my = self.memory.tensors()
+        return mx.clone(), my.clone()
+
+    def expected_train_size(self, k: int, sizes: list[int]) -> int:
+        return min(self.params.mem_size, sum(sizes[: k + 1]))
+
+    def buffer_bytes(self) -> int:
+        return self.memory.nbytes()
+
+
+class LwFParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    alpha: float = Field(1.0, ge=0, description="Weight of the distillation loss.")
+    temperature: float = Field(2.0, gt=0, description="Distillation temperature T.")
+
+
+class LwF(Strategy):
+    """Learning without Forgetting (Li & Hoiem, ECCV 2016 / TPAMI 2017): besides cross-entropy on the
+    new task, distil the previous model's softened outputs (temperature T) on the old classes,
+    ``loss = CE + alpha · T² · KL(p_old^T ‖ p_new^T)``, computed on the current batch.
+    """
+
+    name = "lwf"
+    Params = LwFParams
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        super().__init__(ctx, params)
+        self.teacher: nn.Module | None = None
+        self.old: torch.Tensor | None = None
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = self.ctx.model(x)
+        loss = F.cross_entropy(self.ctx.mask(logits), y)
+        if self.teacher is not None and self.params.alpha > 0:
+            assert self.old is not None
+            t = self.params.temperature
+            with torch.no_grad():
+                target = self.teacher(x)[:, self.old]
+            self.extra_forward_samples += len(x)
+            kd = F.kl_div(
+                F.log_softmax(logits[:, self.old] / t, dim=1),
+                F.log_softmax(target / t, dim=1),
+                reduction="batchmean",
+                log_target=True,
+            )
+            loss = loss + self.params.alpha * t * t * kd
+        return loss
+
+    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.teacher = copy.deepcopy(self.ctx.model).eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.old = self.ctx.seen.nonzero().flatten().clone()
+
+
+class EWCParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ewc_lambda: float = Field(100.0, ge=0, description="Penalty weight λ.")
+    fisher_samples: int = Field(256, ge=1, description="Samples per task for the diagonal Fisher.")
+
+
+class EWC(Strategy):
+    """Elastic Weight Consolidation (Kirkpatrick et al., PNAS 2017): after each task, the diagonal of
+    the empirical Fisher information (mean squared per-sample gradients of the log-likelihood, on up to
+    ``fisher_samples`` training samples, BatchNorm in eval mode) is added to a running sum ``F``; later
+    updates add ``λ/2 · Σ_i F_i (θ_i − θ*_i)²`` with ``θ*`` the weights at the end of the last task.
+    """
+
+    name = "ewc"
+    Params = EWCParams
+
+    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+        super().__init__(ctx, params)
+        self.fisher: list[torch.Tensor] | None = None
+        self.anchor: list[torch.Tensor] | None = None
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for p in self.ctx.model.parameters() if p.requires_grad]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(self.ctx.logits(x), y)
+        if self.fisher is not None and self.params.ewc_lambda > 0:
+            assert self.anchor is not None
+            penalty = sum(
+                (f * (p - a).pow(2)).sum() for f, p, a in zip(self.fisher, self._params(), self.anchor)
+            )
+            loss = loss + 0.5 * self.params.ewc_lambda * penalty
+        return loss
+
+    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        model = self.ctx.model
+        params = self._params()
+        n = min(self.params.fisher_samples, len(y))
+        pick = torch.randperm(len(y), generator=self.ctx.generator)[:n].to(y.device)
+        fisher = [torch.zeros_like(p) for p in params]
+        was_training = model.training
+        model.eval()
+        try:
+            for i in pick.tolist():
+                model.zero_grad(set_to_none=True)
+                with self.ctx.autocast():
+                    loss = F.cross_entropy(self.ctx.logits(x[i : i + 1]), y[i : i + 1])
+                loss.backward()
+                for f, p in zip(fisher, params):
+                    if p.grad is not None:
+                        f.add_(p.grad.detach().pow(2), alpha=1.0 / n)
+        finally:
+            model.zero_grad(set_to_none=True)
+            model.train(was_training)
+        self.extra_train_samples += n
+        self.fisher = fisher if self.fisher is None else [a + b for a, b in zip(self.fisher, fisher)]
+        self.anchor = [p.detach().clone() for p in params]
+
+
+BUILTIN_STRATEGIES: dict[str, type[Strategy]] = {
+    cls.name: cls for cls in (Finetune, Joint, ER, GDumb, LwF, EWC)
+}
+
+
+# ---------------------------------------------------------------------- registry
+def available_strategies() -> dict[str, type[Strategy]]:
+    """Built-ins plus every ``clgate.strategies`` entry point (loaded now; a broken plugin is an error)."""
+    found = dict(BUILTIN_STRATEGIES)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in BUILTIN_STRATEGIES:
+            continue  # our own table in pyproject.toml lists the built-ins
+        try:
+            cls = ep.load()
+        except Exception as exc:
+            raise StrategyError(f"strategy plugin {ep.name!r} ({ep.value}) cannot be loaded: {exc}") from None
+        if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+            raise StrategyError(f"strategy plugin {ep.name!r} ({ep.value}) is not a clgate.engine.strategies.Strategy subclass")
+        found[ep.name] = cls
+    return found
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    if name in BUILTIN_STRATEGIES:
+        return BUILTIN_STRATEGIES[name]
+    found = available_strategies()
+    if name not in found:
+        raise StrategyError(f"strategy.name: unknown strategy {name!r} (available: {', '.join(sorted(found))})")
+    return found[name]
+
+
+def create_strategy(name: str, params: dict[str, Any], ctx: StrategyContext) -> tuple[Strategy, list[str]]:
+    """Build a strategy and validate its hyper-parameters.
+
+    Returns the strategy and the names of ignored parameters: a parameter that this strategy does
+    not take but another registered strategy does (so one spec can switch ``strategy.name``) is
+    ignored; any other unknown parameter is an error.
+    """
+    cls = get_strategy(name)
+    own = set(cls.Params.model_fields)
+    others = {p for c in available_strategies().values() for p in c.Params.model_fields}
+    ignored = sorted(k for k in params if k not in own and k in others)
+    kept = {k: v for k, v in params.items() if k not in ignored}
+    try:
+        parsed = cls.Params.model_validate(kept)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = f"{name} takes no parameter {loc!r} (it takes: {', '.join(sorted(own)) or 'none'})"
+            lines.append(f"strategy.params.{loc}: {msg}")
+        raise StrategyError("\n".join(lines)) from None
+    return cls(ctx, parsed), ignored

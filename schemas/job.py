@@ -1,0 +1,420 @@
+"""The job specification: one document that the CLI, the API and the workers all accept.
+
+A job says which data, which scenario (class order, task split), which candidate model, which
+strategy with its hyper-parameters, how to train (optimizer, batch size, epochs or iterations per
+task), how to evaluate continually (``eval_every`` …), which seeds and which device. It is written as
+YAML or JSON; ``mode: retrain`` (the default) runs continual retraining with continual evaluation,
+``mode: evaluate`` evaluates a sequence of checkpoints.
+
+>>> spec = JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}})
+>>> spec.data.kind, spec.strategy.name, spec.training.epochs, spec.seeds
+('digits', 'finetune', 1, [0])
+>>> spec.with_overrides(["strategy.name=er", "strategy.mem_size=100", "training.epochs=2"]).strategy.params
+{'mem_size': 100}
+
+Errors name the field and the reason (:class:`JobSpecError`, a ``ValueError``, with ``problems``):
+
+>>> JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}}).with_overrides(["training.lr=-1"])
+Traceback (most recent call last):
+...
+schemas.job.JobSpecError: invalid job specification
+  training.lr: Input should be greater than 0
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+JOB_FORMAT = "clgate.job/v1"
+
+
+class JobSpecError(ValueError):
+    """A job specification that cannot be used; ``problems`` lists one ``field: reason`` line each."""
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        head = f"{source}: invalid job specification" if source else "invalid job specification"
+        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------- data
+class DigitsData(_Strict):
+    """scikit-learn's bundled 8×8 digits (10 classes, 1797 images); a seeded, stratified held-out split."""
+
+    kind: Literal["digits"] = "digits"
+    test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    split_seed: int = 0
+
+
+class NpzData(_Strict):
+    """An ``.npz`` file with ``x_train, y_train, x_test, y_test`` and optional ``class_names``.
+
+    Labels are integers ``0 … C-1``. Integer images (uint8) are scaled to [0, 1]; floats are used as
+    given. For ``cnn``/``resnet18-slim`` the images must be ``(N, C, H, W)`` or ``(N, H, W)``.
+    """
+
+    kind: Literal["npz"] = "npz"
+    path: str
+
+
+class ImageFolderData(_Strict):
+    """``train/<class>/*`` and ``test/<class>/*`` image files, decoded with Pillow and resized."""
+
+    kind: Literal["image_folder"] = "image_folder"
+    path: str
+    size: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] = (32, 32)
+    color: Literal["L", "RGB"] = "RGB"
+
+
+class SyntheticData(_Strict):
+    """Gaussian class clusters (for tests and smoke runs); deterministic for a given ``seed``."""
+
+    kind: Literal["synthetic"] = "synthetic"
+    n_classes: Annotated[int, Field(ge=2)] = 6
+    n_features: Annotated[int, Field(ge=1)] = 16
+    train_per_class: Annotated[int, Field(ge=1)] = 50
+    test_per_class: Annotated[int, Field(ge=1)] = 20
+    separation: Annotated[float, Field(gt=0)] = 3.0
+    seed: int = 0
+
+
+DataSpec = Annotated[
+    Union[DigitsData, NpzData, ImageFolderData, SyntheticData], Field(discriminator="kind")
+]
+
+
+# ---------------------------------------------------------------------- scenario
+class ScenarioSpec(_Strict):
+    """Class order and task split.
+
+    ``tasks`` (explicit class groups, any sizes) wins over ``class_order`` + ``n_tasks`` (equal
+    tasks). Without ``class_order`` the classes are taken in label order, or shuffled with
+    ``shuffle_seed`` when given. ``first_task_learned``: the candidate already knows the first task's
+    classes — that task is evaluated, not trained.
+    """
+
+    n_tasks: Annotated[int, Field(ge=1)] | None = None
+    tasks: list[list[Annotated[int, Field(ge=0)]]] | None = None
+    class_order: list[Annotated[int, Field(ge=0)]] | None = None
+    shuffle_seed: int | None = None
+    first_task_learned: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "ScenarioSpec":
+        if self.tasks is None and self.n_tasks is None:
+            raise ValueError("give n_tasks (equal tasks) or tasks (explicit class groups)")
+        if self.tasks is not None:
+            if self.class_order is not None:
+                raise ValueError("give either tasks or class_order, not both (tasks already fix the order)")
+            if self.n_tasks is not None and self.n_tasks != len(self.tasks):
+                raise ValueError(f"n_tasks is {self.n_tasks} but tasks lists {len(self.tasks)} groups")
+            flat = [c for group in self.tasks for c in group]
+            if any(not group for group in self.tasks):
+                raise ValueError("tasks: every task needs at least one class")
+            if len(set(flat)) != len(flat):
+                raise ValueError("tasks: a class appears in more than one task")
+        if self.class_order is not None and len(set(self.class_order)) != len(self.class_order):
+            raise ValueError("class_order: a class appears more than once")
+        if self.first_task_learned and self.tasks is None and self.n_tasks == 1:
+            raise ValueError("first_task_learned needs at least 2 tasks (the first one is not trained)")
+        return self
+
+
+# ---------------------------------------------------------------------- model
+class ModelSpec(_Strict):
+    """The candidate: a built-in architecture (optionally with weights), or a TorchScript module.
+
+    ``weights``: a ``.safetensors`` file or a state dict saved with ``torch.save(model.state_dict())``
+    (read with ``torch.load(weights_only=True)``). ``torchscript``: a module saved with
+    ``torch.jit.save`` (trained in place). A pickled whole model (``torch.save(model)``) is refused and
+    never unpickled. ``predict_over``: ``seen`` restricts training loss and prediction to the classes
+    of the tasks seen so far; ``all`` uses every output.
+    """
+
+    arch: Literal["mlp", "cnn", "resnet18-slim"] | None = None
+    weights: str | None = None
+    torchscript: str | None = None
+    hidden: Annotated[int, Field(ge=1)] = 400
+    predict_over: Literal["seen", "all"] = "seen"
+
+    @model_validator(mode="after")
+    def _check(self) -> "ModelSpec":
+        if self.torchscript is not None and (self.arch is not None or self.weights is not None):
+            raise ValueError("give either torchscript, or arch (with optional weights), not both")
+        if self.weights is not None and self.arch is None:
+            raise ValueError("weights need arch (the architecture they belong to)")
+        return self
+
+
+# ---------------------------------------------------------------------- strategy
+class StrategySpec(BaseModel):
+    """Strategy name and its hyper-parameters.
+
+    Hyper-parameters may be written in ``params`` or flat beside ``name`` (``{name: er, mem_size: 200}``);
+    both end up in ``params``. Each strategy validates its own (``clgate.engine.strategies``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1)] = "finetune"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_params(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"name": data}
+        if isinstance(data, dict):
+            extra = {k: v for k, v in data.items() if k not in ("name", "params")}
+            if extra:
+                params = dict(data.get("params") or {})
+                params.update(extra)
+                return {k: v for k, v in data.items() if k in ("name",)} | {"params": params}
+        return data
+
+
+# ---------------------------------------------------------------------- training / evaluation
+class TrainingSpec(_Strict):
+    """How each task is trained. ``epochs`` or ``iterations`` (per task); ``iterations`` wins if given."""
+
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    lr: Annotated[float, Field(gt=0)] = 0.05
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    batch_size: Annotated[int, Field(ge=1)] = 16
+    epochs: Annotated[int, Field(ge=1)] = 1
+    iterations: Annotated[int, Field(ge=1)] | None = None
+    precision: Literal["fp32", "bf16"] = "fp32"
+
+
+class EvaluationSpec(_Strict):
+    """Continual evaluation.
+
+    ``eval_every``: evaluate every that many updates (``null``: only at task ends). Task ends are
+    always evaluated. ``before_first_update`` adds a point at iteration 0. ``subsample_per_task``: a
+    fixed seeded subsample of each task's test set. ``future_tasks``: evaluate unseen tasks too.
+    ``task_accuracy`` is recorded in the log's meta for the metrics.
+    """
+
+    eval_every: Annotated[int, Field(ge=1)] | None = 10
+    before_first_update: bool = False
+    subsample_per_task: Annotated[int, Field(ge=1)] | None = None
+    future_tasks: bool = False
+    task_accuracy: Literal["macro", "micro"] = "macro"
+    batch_size: Annotated[int, Field(ge=1)] = 2048
+
+
+class CheckpointSpec(_Strict):
+    """One checkpoint in evaluate mode: a model file, optionally its iteration and task (1-based)."""
+
+    path: str
+    iteration: Annotated[int, Field(ge=0)] | None = None
+    task: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return parse_checkpoint(data)
+        return data
+
+
+def parse_checkpoint(text: str) -> dict[str, Any]:
+    """``PATH``, ``PATH@ITERATION`` or ``PATH@ITERATION:TASK`` → fields of a :class:`CheckpointSpec`.
+
+    >>> parse_checkpoint("ck/t2.safetensors@150:2")
+    {'path': 'ck/t2.safetensors', 'iteration': 150, 'task': 2}
+    >>> parse_checkpoint("ck/t1.pt")
+    {'path': 'ck/t1.pt'}
+    """
+    match = re.fullmatch(r"(?P<path>.+?)@(?P<iteration>\d+)(?::(?P<task>\d+))?", text)
+    if not match:
+        return {"path": text}
+    out: dict[str, Any] = {"path": match["path"], "iteration": int(match["iteration"])}
+    if match["task"] is not None:
+        out["task"] = int(match["task"])
+    return out
+
+
+# ---------------------------------------------------------------------- the job
+class JobSpec(_Strict):
+    """A whole validation job (see the module docstring).
+
+    ``cpu_threads``: torch intra-op threads while the job runs on the CPU (``0``: torch's default,
+    all cores). The default 1 suits the small models and batches of continual learning, and a
+    shared machine; raise it for large models.
+    """
+
+    format: Literal["clgate.job/v1"] = JOB_FORMAT
+    mode: Literal["retrain", "evaluate"] = "retrain"
+    data: DataSpec
+    scenario: ScenarioSpec
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec(arch="mlp"))
+    strategy: StrategySpec = Field(default_factory=StrategySpec)
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
+    seeds: Annotated[list[int], Field(min_length=1)] = Field(default_factory=lambda: [0])
+    device: str = "auto"
+    cpu_threads: Annotated[int, Field(ge=0)] = 1
+    checkpoints: list[CheckpointSpec] | None = None
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"kind": value}
+        return value
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_text(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return [int(s) for s in value.split(",") if s.strip()]
+            except ValueError:
+                raise ValueError(f"{value!r} is not a comma-separated list of integers") from None
+        if isinstance(value, int):
+            return [value]
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError("seeds must be distinct (one log per seed)")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", value):
+            raise ValueError(f"{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+        return value
+
+    @model_validator(mode="after")
+    def _mode(self) -> "JobSpec":
+        if self.mode == "evaluate":
+            if not self.checkpoints:
+                raise ValueError("checkpoints: evaluate mode needs at least one checkpoint")
+        elif self.checkpoints:
+            raise ValueError("checkpoints: only used in evaluate mode (mode: evaluate)")
+        if self.mode == "retrain" and self.model.arch is None and self.model.torchscript is None:
+            raise ValueError("model: give arch (mlp, cnn, resnet18-slim) or torchscript")
+        return self
+
+    # ------------------------------------------------------------------ I/O
+    @classmethod
+    def load(cls, path: str | Path) -> "JobSpec":
+        """Read a YAML (``.yaml``/``.yml``) or JSON job file; raises :class:`JobSpecError`."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise JobSpecError([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
+        return cls.parse(text, source=str(path), yaml=path.suffix.lower() in (".yaml", ".yml"))
+
+    @classmethod
+    def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> "JobSpec":
+        """Validate a job given as YAML/JSON text (JSON is YAML) or a dict."""
+        if isinstance(text, dict):
+            data: Any = text
+        else:
+            try:
+                if yaml:
+                    import yaml as pyyaml
+
+                    data = pyyaml.safe_load(text)
+                else:
+                    data = json.loads(text)
+            except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: report, no traceback
+                raise JobSpecError([f"not valid {'YAML' if yaml else 'JSON'}: {exc}"], source) from None
+        if not isinstance(data, dict):
+            raise JobSpecError(["the document must be a mapping of fields (data, scenario, model …)"], source)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise JobSpecError(_problems(exc), source) from None
+
+    def dump(self, path: str | Path) -> None:
+        """Write as YAML (``.yaml``/``.yml``) or JSON."""
+        path = Path(path)
+        data = self.model_dump(mode="json", exclude_none=True)
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml as pyyaml
+
+            path.write_text(pyyaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        else:
+            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+    def with_overrides(self, overrides: dict[str, Any] | list[str]) -> "JobSpec":
+        """A copy with dotted fields replaced: ``["strategy.name=er", "training.epochs=2"]`` or a dict.
+
+        Values given as text are read as YAML scalars/lists (``2`` → int, ``[0,1]`` → list,
+        ``null`` → None). Strategy hyper-parameters may be set flat: ``strategy.mem_size=100``.
+        """
+        items: list[tuple[str, Any]] = []
+        problems: list[str] = []
+        if isinstance(overrides, dict):
+            items = list(overrides.items())
+        else:
+            import yaml as pyyaml
+
+            for text in overrides:
+                key, sep, raw = text.partition("=")
+                if not sep or not key.strip():
+                    problems.append(f"override {text!r}: expected key=value (e.g. training.epochs=2)")
+                    continue
+                try:
+                    value = pyyaml.safe_load(raw) if raw.strip() else ""
+                except Exception:
+                    value = raw
+                items.append((key.strip(), value))
+        data = self.model_dump(mode="python", exclude_none=True)
+        for key, value in items:
+            parts = key.split(".")
+            if parts[0] == "strategy" and len(parts) == 2 and parts[1] not in ("name", "params"):
+                parts = ["strategy", "params", parts[1]]
+            if parts[0] == "data" and isinstance(data.get("data"), dict) and len(parts) == 1 and isinstance(value, str):
+                value = {"kind": value}
+            node: Any = data
+            for i, part in enumerate(parts[:-1]):
+                if not isinstance(node, dict):
+                    problems.append(f"override {key}: {'.'.join(parts[:i])} is not a group of fields")
+                    break
+                node = node.setdefault(part, {})
+            else:
+                if isinstance(node, dict):
+                    node[parts[-1]] = value
+                else:
+                    problems.append(f"override {key}: {'.'.join(parts[:-1])} is not a group of fields")
+        if problems:
+            raise JobSpecError(problems)
+        try:
+            return type(self).model_validate(data)
+        except ValidationError as exc:
+            raise JobSpecError(_problems(exc)) from None
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
+        path = ""
+        for part in loc:
+            path += f"[{part}]" if isinstance(part, int) else ("." if path else "") + str(part)
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{path}: {msg}" if path else msg)
+    return lines
+
+
+_UNION_TAGS = {"digits", "npz", "image_folder", "synthetic", "function-after[_check(), ScenarioSpec]"}
