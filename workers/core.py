@@ -56,13 +56,14 @@ def run_engine(
     progress: Callable[[Any], None],
     should_stop: Callable[[], bool],
     base_dir: Path,
-) -> list[Path]:
-    """``clgate.engine.run_job``: one evaluation log per seed (a partial log when stopped)."""
-    from clgate.engine import run_job
-    from clgate.engine.errors import EngineInputError
+) -> tuple[list[Path], bool]:
+    """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log partial)."""
+    from clgate.engine import EngineInputError, JobCancelled, run_job
 
     try:
-        return list(run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir))
+        return list(run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir)), False
+    except JobCancelled as stop:
+        return list(stop.paths), True
     except EngineInputError as exc:
         raise InputProblem(str(exc).splitlines()) from None
 
@@ -87,6 +88,8 @@ def progress_dict(progress: Any) -> dict[str, Any]:
     fraction = raw.get("fraction")
     if fraction is None and raw.get("total_iterations"):
         fraction = (raw.get("iteration") or 0) / raw["total_iterations"]
+        if raw.get("n_seeds"):
+            fraction = ((raw.get("seed_index") or 0) + min(1.0, fraction)) / raw["n_seeds"]
     if fraction is not None:
         out["fraction"] = max(0.0, min(1.0, float(fraction)))
     for key in ("task", "iteration"):
@@ -94,7 +97,7 @@ def progress_dict(progress: Any) -> dict[str, Any]:
             out[key] = raw[key]
     message = raw.get("message")
     if message is None:
-        parts = [f"{k}={raw[k]}" for k in ("seed", "task", "iteration", "last_acc") if raw.get(k) is not None]
+        parts = [f"{k}={raw[k]}" for k in ("seed", "task", "iteration", "last_eval") if raw.get(k) is not None]
         message = " ".join(parts) or None
     if message is not None:
         out["message"] = str(message)[:500]

@@ -277,7 +277,7 @@ def _run_engine(ctx: Context, job_id: str, spec: dict, filenames: dict[str, str 
     throttle_s = _Throttle(0.5)
 
     def progress(p: Any) -> None:
-        if throttle_p.due():
+        if throttle_p.due() or getattr(p, "iteration", None) == getattr(p, "total_iterations", -1):
             save_progress(core.progress_dict(p))
 
     def should_stop() -> bool:
@@ -288,8 +288,7 @@ def _run_engine(ctx: Context, job_id: str, spec: dict, filenames: dict[str, str 
 
     out = work / "logs"
     out.mkdir()
-    paths = core.run_engine(job_spec, out, progress=progress, should_stop=should_stop, base_dir=inputs)
-    return paths, stop_state["stop"]
+    return core.run_engine(job_spec, out, progress=progress, should_stop=should_stop, base_dir=inputs)
 
 
 def _progress_saver(ctx: Context, job_id: str):
