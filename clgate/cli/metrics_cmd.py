@@ -210,7 +210,8 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
         scalars.add_row(f"{metric_id} {_arrow(metric_id)}", *per_run, fmt(aggregate.mean), fmt(aggregate.std), fmt(aggregate.worst))
     console.print(scalars)
     if "cl_stability" in result.metrics:
-        console.print(f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}")
+        reason = result.reasons.get("cl_stability")
+        console.print(f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({reason})" if reason else ""))
 
 
 def register(app: typer.Typer) -> None:
