@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     from schemas.decision import Decision
     from schemas.evaluation_log import EvaluationLog
 
-DEMO_STRATEGIES = ("finetune", "er")
 DEMO_POLICY = "examples/policies/digits-release.yaml"
-DEMO_JOB = "examples/jobs/digits.yaml"
+DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -202,46 +201,46 @@ def demo_command(
     policy_path: Annotated[
         Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs [default: {DEMO_POLICY}].")
     ] = None,
-    job_path: Annotated[
-        Path | None, typer.Option("--job", help=f"Job spec; the demo sets strategy.name [default: {DEMO_JOB}].")
-    ] = None,
 ) -> None:
     """Run finetune and ER on the bundled digits, gate both with the example policy, write both reports.
 
-    No server, CPU only, about a minute. ER is expected to PASS and finetune to FAIL (it forgets the
-    old classes: MICA and min-ACC collapse).
+    No server, CPU only, well under a minute here. ER is expected to PASS and finetune to FAIL: it
+    forgets every old class (MICA and min-ACC fall to 0).
     """
     from clgate.engine import run_job
     from clgate.gate import gate_logs
     from schemas.job import JobSpec, JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
-    job_file = job_path or repo_file(DEMO_JOB)
     if not policy_file.exists():
         _fail(f"demo policy {policy_file} not found (run from the repository, or pass --policy)")
-    if not job_file.exists():
-        _fail(f"demo job {job_file} not found (run from the repository, or pass --job)")
     policy = _load_policy(policy_file)
-    try:
-        base_spec = JobSpec.load(job_file)
-    except JobSpecError as exc:
-        _fail(str(exc))
+    jobs = {name: repo_file(path) for name, path in DEMO_JOBS.items()}
+    for job_file in jobs.values():
+        if not job_file.exists():
+            _fail(f"demo job {job_file} not found (run from the repository)")
     verdicts: dict[str, str] = {}
-    for strategy in DEMO_STRATEGIES:
+    reports: dict[str, Path] = {}
+    for strategy, job_file in jobs.items():
         t0 = time.perf_counter()
-        spec = base_spec.with_overrides([f"strategy.name={strategy}"])
+        try:
+            spec = JobSpec.load(job_file)
+        except JobSpecError as exc:
+            _fail(str(exc))
         run_dir = out / strategy
-        typer.echo(f"==> {strategy}: training on digits with continual evaluation …", err=True)
+        typer.echo(f"==> {strategy}: continual training on digits ({job_file}) …", err=True)
         paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
         logs = [_load_log(p) for p in paths]
         provenance = {"command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
                       "policy_file": str(policy_file), "logs": [str(p) for p in paths]}
         result = gate_logs(logs, policy, out_dir=run_dir, provenance=provenance)
-        print_decision(result.decision, title=f"{strategy} — policy {policy.name} v{policy.version}")
-        typer.echo(f"    report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n")
+        print_decision(result.decision, title=f"{strategy}: policy {policy.name} v{policy.version}")
+        typer.echo(f"    {strategy} report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n")
         verdicts[strategy] = result.decision.verdict
+        reports[strategy] = result.files["report.html"]
     typer.echo("demo verdicts: " + ", ".join(f"{s} {v}" for s, v in verdicts.items()))
-    typer.echo(f"open {out / 'er' / 'report.html'} and {out / 'finetune' / 'report.html'}")
+    for strategy, path in reports.items():
+        typer.echo(f"  {strategy:9s} {path}  (also report.md, decision.json, fmeca.csv, junit.xml beside it)")
 
 
 def register(app: typer.Typer) -> None:

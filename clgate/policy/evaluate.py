@@ -7,6 +7,9 @@ Pure: metrics results and schema objects in, a :class:`~schemas.decision.Decisio
 - ``at``: ``final`` judges the last task; ``task:N`` task N (1-based); ``worst`` the least favourable
   task; ``all`` the same value, with every failing task listed in the evidence. Tasks where a metric
   is undefined by its definition (forgetting at task 1) are skipped by ``worst``/``all``.
+- Per-class ``min_after_learned``: classes of the last task have no evaluation after their task ended;
+  they are skipped (listed in the evidence as ``skipped_last_task``). If nothing is left to judge, the
+  rule is an error.
 - ``over_runs``: ``worst`` takes, per task, the least favourable run (its seed is the evidence);
   ``mean`` the mean over runs. A value missing in any run cannot be averaged: the rule is an error.
 - A rule whose value cannot be computed (metric null, class unknown, no baseline …) has status
@@ -225,17 +228,13 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         vals = [_class_value(r.classes[c], rule.at, rule.bound) for r in runs]
         if any(v is None for v, _ in vals):
             stats = classes[c]
-            if rule.at == "min_after_learned" and stats.task == n_tasks and rule.classes == "*":
-                skipped.append(stats.name)  # learned last: no point after its task end
+            if rule.at == "min_after_learned" and stats.task == n_tasks:
+                skipped.append(stats.name)  # learned last: no point after its task end, nothing to judge
                 continue
             if rule.bound == "wilson95" and all(
                 _class_value(r.classes[c], rule.at, "point")[0] is not None for r in runs
             ):
                 raise RuleError(f"class {stats.name!r}: wilson95 needs correct/total counts in the log")
-            if rule.at == "min_after_learned" and stats.task == n_tasks:
-                raise RuleError(
-                    f"class {stats.name!r} is learned in the last task: it has no evaluation after its task ended"
-                )
             raise RuleError(f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)")
         if rule.over_runs == "mean":
             rows.append((sum(v for v, _ in vals) / len(vals), c, None, None))  # type: ignore[misc]
@@ -243,7 +242,10 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             j = min(range(len(vals)), key=lambda i: (vals[i][0], i))
             rows.append((vals[j][0], c, j, vals[j][1]))
     if not rows:
-        raise RuleError("no class has a value to judge (every selected class is learned in the last task)")
+        raise RuleError(
+            f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task and have "
+            "no evaluation after their task ended"
+        )
     value, c, run, iteration = min(rows, key=lambda r: (r[0], r[1]))
     stats = classes[c]
     margin = value - rule.floor

@@ -185,9 +185,11 @@ def test_class_floor_evidence_has_iteration_and_failing_list(judge, make_result)
     assert r.evidence["skipped_last_task"] == ["eel", "fox"]  # no point after their task end
 
 
-def test_class_named_in_the_last_task_after_learned_is_an_error(judge, make_result):
-    r = judge({"classes": ["eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)])
-    assert r.status == "error" and "learned in the last task" in r.message
+def test_class_of_the_last_task_has_no_after_learned_value(judge, make_result):
+    only = judge({"classes": ["eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)])
+    assert only.status == "error" and "nothing to judge" in only.message and "'eel'" in only.message
+    mixed = judge({"classes": ["ant", "eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)])
+    assert mixed.status == "pass" and mixed.value == 0.85 and mixed.evidence["skipped_last_task"] == ["eel"]
 
 
 def test_unknown_class_is_an_error(judge, make_result):
