@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -98,7 +98,7 @@ class MetricRule(_Rule):
         return v
 
     @model_validator(mode="after")
-    def _check_thresholds(self) -> "MetricRule":
+    def _check_thresholds(self) -> MetricRule:
         if self.floor is None and self.ceiling is None:
             raise ValueError("a metric rule needs a floor or a ceiling")
         if self.floor is not None and self.ceiling is not None and self.floor > self.ceiling:
@@ -157,7 +157,7 @@ class FmecaRule(_Rule):
     )
 
     @model_validator(mode="after")
-    def _check_limit(self) -> "FmecaRule":
+    def _check_limit(self) -> FmecaRule:
         if self.fmeca == "rpn" and self.limit is None:
             raise ValueError("an rpn rule needs a limit (1-1000)")
         if self.fmeca == "priority" and self.limit is not None:
@@ -179,12 +179,7 @@ def _rule_tag(v: Any) -> str | None:
 
 
 Rule = Annotated[
-    Union[
-        Annotated[MetricRule, Tag("metric")],
-        Annotated[ClassRule, Tag("class")],
-        Annotated[BaselineRule, Tag("baseline")],
-        Annotated[FmecaRule, Tag("fmeca")],
-    ],
+    Annotated[MetricRule, Tag("metric")] | Annotated[ClassRule, Tag("class")] | Annotated[BaselineRule, Tag("baseline")] | Annotated[FmecaRule, Tag("fmeca")],
     Discriminator(
         _rule_tag,
         custom_error_type="rule_kind",
@@ -284,7 +279,7 @@ class FmecaConfig(BaseModel):
         return rows
 
     @model_validator(mode="after")
-    def _otherwise_below(self) -> "FmecaConfig":
+    def _otherwise_below(self) -> FmecaConfig:
         if self.occurrence_otherwise >= self.occurrence_scale[-1].rating:
             raise ValueError("occurrence_otherwise must be below the last row's rating")
         return self

@@ -40,7 +40,7 @@ def repo_file(relative: str) -> Path:
     return shipped
 
 
-def _load_policy(path: Path) -> "Policy":
+def _load_policy(path: Path) -> Policy:
     from clgate.policy import PolicyError, load_policy
 
     try:
@@ -50,7 +50,7 @@ def _load_policy(path: Path) -> "Policy":
     raise AssertionError  # unreachable
 
 
-def _load_log(path: Path) -> "EvaluationLog":
+def _load_log(path: Path) -> EvaluationLog:
     from schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     try:
@@ -60,7 +60,7 @@ def _load_log(path: Path) -> "EvaluationLog":
     raise AssertionError  # unreachable
 
 
-def print_decision(decision: "Decision", *, title: str | None = None, file: Any = None) -> None:
+def print_decision(decision: Decision, *, title: str | None = None, file: Any = None) -> None:
     """The decision table (rich): one row per rule, then the verdict and its reasons."""
     from rich.console import Console
     from rich.table import Table
@@ -183,7 +183,7 @@ def gate_command(
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn))
 
 
-def _write_extras(result: "GateResult", junit: Path | None, summary_md: Path | None) -> None:
+def _write_extras(result: GateResult, junit: Path | None, summary_md: Path | None) -> None:
     from clgate.reports import render_junit, render_markdown
 
     if junit is not None:

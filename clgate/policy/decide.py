@@ -89,7 +89,7 @@ def evaluate(
 
     if not runs:
         raise ValueError("runs: at least one evaluation log is needed")
-    opts = dict(task_accuracy=policy.task_accuracy, windows=policy.windows())
+    opts: dict[str, Any] = {"task_accuracy": policy.task_accuracy, "windows": policy.windows()}
     hashes = Hashes(
         logs=[log_hash(log) for log in runs],
         policy=policy_hash(policy),
@@ -97,16 +97,16 @@ def evaluate(
     )
     seeds = [log.meta.get("seed") for log in runs]
     strategies = {str(log.meta.get("strategy")) for log in runs if log.meta.get("strategy") is not None}
-    common = dict(
-        policy_name=policy.name,
-        policy_version=policy.version,
-        hashes=hashes,
-        clgate_version=__version__,
-        runs=len(runs),
-        seeds=seeds,
-        strategy=strategies.pop() if len(strategies) == 1 else None,
-        provenance=dict(provenance or {}),
-    )
+    common: dict[str, Any] = {
+        "policy_name": policy.name,
+        "policy_version": policy.version,
+        "hashes": hashes,
+        "clgate_version": __version__,
+        "runs": len(runs),
+        "seeds": seeds,
+        "strategy": strategies.pop() if len(strategies) == 1 else None,
+        "provenance": dict(provenance or {}),
+    }
 
     errors: list[str] = []
     baseline_problem: str | None = None

@@ -412,7 +412,7 @@ def evaluate_rules(
             metric = rule.baseline
         else:
             metric = f"fmeca.{rule.fmeca}"
-        base = dict(index=i, id=label, kind=rule.kind, metric=metric, severity=rule.severity)
+        base = {"index": i, "id": label, "kind": rule.kind, "metric": metric, "severity": rule.severity}
         try:
             if isinstance(rule, MetricRule):
                 judged = _judge_metric(rule, runs)

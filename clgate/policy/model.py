@@ -96,7 +96,7 @@ class Policy(PolicySchema):
     """
 
     @model_validator(mode="after")
-    def _check_registry(self) -> "Policy":
+    def _check_registry(self) -> Policy:
         problems = registry_problems(self)
         if problems:
             raise ValueError("\n".join(problems))

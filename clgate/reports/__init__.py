@@ -77,7 +77,7 @@ def evidence_text(ev: dict[str, Any]) -> str:
             if key in detail and key not in ev and not (key == "class" and "class_name" in detail):
                 label = "class" if key.startswith("class") else key
                 parts.append(f"{label} {detail[key]!r}" if label == "class" else f"{label} {detail[key]}")
-    if "failing_tasks" in ev and ev["failing_tasks"]:
+    if ev.get("failing_tasks"):
         parts.append("failing tasks " + ",".join(map(str, ev["failing_tasks"])))
     if "seed" in ev:
         parts.append(f"seed {ev['seed']}")
@@ -133,8 +133,8 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         counts = {p: sum(1 for r in d.fmeca.rows if r.priority_worst == p) for p in ("High", "Medium", "Low")}
         lines += [
             "",
-            f"**FMECA**: {counts['High']} High · {counts['Medium']} Medium · {counts['Low']} Low action priority "
-            "(worst error after learned)",
+            (f"**FMECA**: {counts['High']} High · {counts['Medium']} Medium · {counts['Low']} Low action priority "
+             "(worst error after learned)"),
             "",
             "| class | S | O final | O worst | D | RPN worst | priority |",
             "|---|---:|---:|---:|---:|---:|---|",

@@ -35,7 +35,7 @@ def _svg(fig: Any) -> str:
     start = text.find("<svg")
     text = text[start:] if start >= 0 else text
     # the RDF metadata block only names namespaces (purl.org, creativecommons.org): drop it
-    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.DOTALL)
     return re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
 
 
@@ -60,8 +60,8 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
     x = np.arange(1, k + 1)
     fig = _figure()
     ax = fig.subplots()
-    for metric, color, label in (("acc", _COLORS[0], "ACC"), ("mica", _COLORS[1], "MICA"),
-                                 ("mica_old", _COLORS[3], "MICA (old classes)")):
+    for metric, color, label, style in (("acc", _COLORS[0], "ACC", "-"), ("mica", _COLORS[1], "MICA", "-"),
+                                        ("mica_old", _COLORS[3], "MICA (old classes)", "--")):
         series = np.array([_per_task(r.metrics.get(metric), k) for r in runs])
         if np.all(np.isnan(series)):
             continue
@@ -69,7 +69,8 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
             for s in series:
                 ax.plot(x, s, color=color, alpha=0.25, linewidth=1)
         mean = _nanmean(series) if len(runs) > 1 else series[0]
-        ax.plot(x, mean, marker="o", color=color, linewidth=2, label=label, gid=f"line-{metric}")
+        ax.plot(x, mean, marker="o", color=color, linewidth=2 if style == "-" else 1.2, linestyle=style,
+                label=label, gid=f"line-{metric}")
     ax.set_xlabel("task k")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)

@@ -123,6 +123,6 @@ def test_console_script_exit_code(files):
     exe = Path(sys.executable).with_name("clgate")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "clgate"]
     proc = subprocess.run([*cmd, "gate", "--log", str(files["forgetful"]), "--policy", str(p)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout

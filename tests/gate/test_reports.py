@@ -134,7 +134,7 @@ def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir)
         finally:
             browser.close()
     assert problems == []
-    assert all(u.startswith("file://") or u.startswith("data:") for u in requests), requests
+    assert all(u.startswith(("file://", "data:")) for u in requests), requests
     assert (artifacts_dir / "gate-report.png").stat().st_size > 10_000
 
 
