@@ -224,3 +224,43 @@ def policies():
 @pytest.fixture
 def example_log() -> bytes:
     return (REPO / "examples" / "logs" / "spec-example.json").read_bytes()
+
+
+@pytest.fixture
+def app_factory(tmp_path):
+    """``app_factory(**settings)`` → (FastAPI app, settings) on a fresh data dir, embedded mode."""
+    from service.app import create_app
+    from service.settings import Settings
+
+    def make(**overrides):
+        settings = Settings(data_dir=tmp_path / "data", bootstrap_admin_key=ADMIN_KEY, **overrides)
+        return create_app(settings), settings
+
+    return make
+
+
+@pytest.fixture
+def api(app_factory):
+    """An in-process client (TestClient, lifespan run) with keys of every role: ``api.as_role("viewer")``."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from fastapi.testclient import TestClient
+
+    app, settings = app_factory()
+    with TestClient(app) as client:
+        keys = {"admin": ADMIN_KEY}
+        for role in ROLES[:-1]:
+            r = client.post("/v1/keys", json={"name": f"t-{role}", "role": role}, headers={"X-API-Key": ADMIN_KEY})
+            assert r.status_code == 201, r.text
+            keys[role] = r.json()["key"]
+        client.keys = keys
+        client.settings = settings
+        client.as_role = lambda role: {"X-API-Key": keys[role]}
+        yield client
+
+
+@pytest.fixture
+def admin_key() -> str:
+    return ADMIN_KEY
