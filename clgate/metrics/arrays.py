@@ -85,9 +85,10 @@ def task_accuracy_matrix(
     if mode == "micro":
         if correct is None or total is None:
             raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
+        total_by_task = total[:, order]
         c = np.add.reduceat(correct[:, order], starts, axis=1).astype(float)
-        t = np.add.reduceat(total[:, order], starts, axis=1).astype(float)
-        missing = np.add.reduceat(total[:, order] == 0, starts, axis=1) > 0
+        t = np.add.reduceat(total_by_task, starts, axis=1).astype(float)
+        missing = np.minimum.reduceat(total_by_task, starts, axis=1) == 0  # a class of the task not evaluated
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
     raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")

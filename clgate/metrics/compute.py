@@ -201,7 +201,8 @@ def compute_metrics(
         }
     else:
         out.scalar("wc_acc", None, no_task)
-    _min_class_acc(out, a)
+    minima = fn.class_minima_after_learning(a.class_acc, a.class_task, ends)
+    _min_class_acc(out, a, minima)
     for win in checked_windows:
         ext = fn.windowed_extremes(a.task_acc, a.task_start_idx, H, F, win)
         for prefix, value, first, second in (
@@ -265,7 +266,7 @@ def compute_metrics(
         n_tasks=K,
         n_classes=a.n_classes,
         finished_tasks=F,
-        classes=_class_stats(a, confidence, lcb_final),
+        classes=_class_stats(a, confidence, lcb_final, minima),
         class_deltas=deltas,
         meta=a.meta,
     )
@@ -308,51 +309,47 @@ def _resources(out: _Result, a: LogArrays, epsilon: float) -> None:
                "ops_train is 0 for some task: the efficiency ratio is undefined")
 
 
-def _min_class_acc(out: _Result, a: LogArrays) -> None:
-    K, F, H = a.n_tasks, a.finished_tasks, a.horizon
+def _min_class_acc(out: _Result, a: LogArrays, minima: fn.ClassMinima) -> None:
+    K, F = a.n_tasks, a.finished_tasks
     values = np.full(K, np.nan)
     evidence: list[dict | None] = [None] * K
     if F >= 2:
-        ends = a.task_end_idx
-        after = np.full(a.n_classes, H, dtype=np.int64)  # classes of unfinished tasks: never "learned"
-        learned = a.class_task < F
-        after[learned] = ends[a.class_task[learned]]
-        run = fn.running_min_after(a.class_acc[:H], after)
-        at_end = run.value[ends]  # F × C
-        old = a.class_task[None, :] < np.arange(F)[:, None]
-        cand = np.where(old, at_end, np.inf)
+        cand = np.where(np.isnan(minima.value[1:]), np.inf, minima.value[1:])  # tasks 2 … F; only old classes
         cls = np.argmin(cand, axis=1)
-        best = cand[np.arange(F), cls]
-        for k in range(1, F):  # loop over tasks: evidence of the worst class
-            if np.isfinite(best[k]):
-                values[k] = best[k]
-                c = int(cls[k])
-                evidence[k] = {**out.cls(c), "value": float(best[k]), **out.point(run.row[ends[k], c])}
+        rows = np.arange(1, F)
+        best = cand[rows - 1, cls]
+        ok = np.isfinite(best)
+        values[rows[ok]] = best[ok]
+        points = fn.first_point_of_minimum(
+            a.class_acc, a.task_end_idx, np.where(ok, minima.segment[rows, cls], -1), cls, best
+        )
+        for k, c, v, p in zip(rows[ok], cls[ok], best[ok], points[ok]):  # loop over tasks: evidence records
+            evidence[int(k)] = {**out.cls(int(c)), "value": float(v), **out.point(int(p))}
     out.per_task("min_class_acc", values)
     out.evidence["min_class_acc"] = evidence
 
 
-def _class_stats(a: LogArrays, confidence: float, lcb_final: np.ndarray | None) -> list[ClassStats]:
-    F, H, C = a.finished_tasks, a.horizon, a.n_classes
+def _class_stats(
+    a: LogArrays, confidence: float, lcb_final: np.ndarray | None, minima: fn.ClassMinima
+) -> list[ClassStats]:
+    F, C = a.finished_tasks, a.n_classes
     learned = a.class_task < F
     final = a.r[F - 1] if F else np.full(C, np.nan)
-    after = np.full(C, H, dtype=np.int64)
-    after[learned] = a.task_end_idx[a.class_task[learned]]
-    run = fn.running_min_after(a.class_acc[:H], after)
-    if H:
-        low, low_row = run.value[H - 1], run.row[H - 1]
+    if F:
+        low = minima.value[F - 1]
+        low_point = fn.first_point_of_minimum(a.class_acc, a.task_end_idx, minima.segment[F - 1], np.arange(C), low)
     else:
-        low, low_row = np.full(C, np.inf), np.full(C, -1)
+        low, low_point = np.full(C, np.nan), np.full(C, -1)
     low_lcb = None
-    if a.correct is not None and a.total is not None and H:
-        rows = np.maximum(low_row, 0)
+    if a.correct is not None and a.total is not None and F:
+        rows = np.maximum(low_point, 0)
         low_lcb = wilson_interval(a.correct[rows, np.arange(C)], a.total[rows, np.arange(C)], confidence=confidence)[0]
     counts = a.correct is not None and a.total is not None and F
     e = int(a.task_end_idx[-1]) if F else -1
     stats = []
     for c in range(C):  # building output records, one per class (not a metric hot path)
         ok = bool(learned[c])
-        has_low = ok and bool(np.isfinite(low[c]))
+        has_low = ok and low_point[c] >= 0
         stats.append(ClassStats(
             id=c, name=a.class_names[c], task=int(a.class_task[c]) + 1,
             final_accuracy=_num(final[c]) if ok else None,
@@ -360,7 +357,7 @@ def _class_stats(a: LogArrays, confidence: float, lcb_final: np.ndarray | None) 
             final_total=int(a.total[e, c]) if ok and counts else None,
             final_lcb=_num(lcb_final[c]) if ok and lcb_final is not None else None,
             min_after_learned=float(low[c]) if has_low else None,
-            min_after_learned_iteration=int(a.iterations[low_row[c]]) if has_low else None,
+            min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
             min_after_learned_lcb=_num(low_lcb[c]) if has_low and low_lcb is not None else None,
         ))
     return stats

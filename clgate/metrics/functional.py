@@ -297,6 +297,64 @@ def running_min_after(values: np.ndarray, after: np.ndarray) -> RunningMin:
     return RunningMin(run, row)
 
 
+class ClassMinima(NamedTuple):
+    """Lowest accuracy of each class after its own task end, at every finished task end."""
+
+    value: np.ndarray  # F × C: [k, c] = min a_p(c) over e(task(c)) < p ≤ e(k); NaN if task(c) ≥ k
+    segment: np.ndarray  # F × C: the task segment (e(s-1), e(s)] holding the earliest point of that minimum
+
+
+def class_minima_after_learning(class_acc: np.ndarray, class_task: np.ndarray, task_end_idx: np.ndarray) -> ClassMinima:
+    """``min{a_p(c) : e(task(c)) < p ≤ e(k)}`` for every finished task k and every class c (NaN ignored).
+
+    One ``np.fmin.reduceat`` over the points splits them into the task segments ``(e(k-1), e(k)]``
+    (a class counts from the segment after its own task's end); the rest is F × C: a cumulative minimum
+    over segments. The earliest segment attaining each minimum comes with it, so the exact point can
+    be found inside one segment (:func:`first_point_of_minimum`).
+
+    >>> acc = np.array([[0.9, np.nan], [0.2, 0.8], [0.5, 0.7], [0.4, 0.3]])  # task ends at points 0, 2, 3
+    >>> m = class_minima_after_learning(acc, np.array([0, 1]), np.array([0, 2, 3]))
+    >>> m.value.tolist(), m.segment[2].tolist()
+    ([[nan, nan], [0.2, nan], [0.2, 0.3]], [1, 2])
+    """
+    ends = np.asarray(task_end_idx)
+    F = len(ends)
+    C = class_acc.shape[1]
+    if F == 0:
+        return ClassMinima(np.zeros((0, C)), np.zeros((0, C), dtype=np.int64))
+    starts = np.r_[0, ends[:-1] + 1]
+    with np.errstate(invalid="ignore"):
+        seg = np.fmin.reduceat(class_acc[: ends[-1] + 1], starts, axis=0)  # NaN: not evaluated in the segment
+    learned = np.arange(F)[:, None] > np.asarray(class_task)[None, :]
+    seg = np.where(learned, seg, np.nan)
+    value = np.fmin.accumulate(seg, axis=0)
+    rows = np.arange(F)[:, None]
+    previous = np.vstack([np.full((1, C), np.nan), value[:-1]])
+    new = ~np.isnan(seg) & (np.isnan(previous) | (seg < previous))
+    segment = np.maximum.accumulate(np.where(new, rows, -1), axis=0)
+    return ClassMinima(value, segment)
+
+
+def first_point_of_minimum(
+    class_acc: np.ndarray, task_end_idx: np.ndarray, segment: np.ndarray, classes: np.ndarray, minimum: np.ndarray
+) -> np.ndarray:
+    """For each class ``classes[i]``: the first point of task segment ``segment[i]`` where its accuracy
+    equals ``minimum[i]`` (-1 where ``segment[i]`` is -1). Loops over segments (tasks), not classes.
+
+    >>> acc = np.array([[0.9, np.nan], [0.2, 0.8], [0.5, 0.7], [0.4, 0.3]])
+    >>> first_point_of_minimum(acc, np.array([0, 2, 3]), np.array([1, 2]), np.array([0, 1]), np.array([0.2, 0.3]))
+    array([1, 3])
+    """
+    ends = np.asarray(task_end_idx)
+    starts = np.r_[0, ends[:-1] + 1]
+    out = np.full(len(classes), -1, dtype=np.int64)
+    for s in np.unique(segment[segment >= 0]):
+        which = np.flatnonzero(segment == s)
+        block = class_acc[starts[s] : ends[s] + 1][:, classes[which]]
+        out[which] = starts[s] + np.argmax(block == minimum[which][None, :], axis=0)
+    return out
+
+
 def min_accuracy(task_acc: np.ndarray, task_end_idx: np.ndarray, n_tasks: int) -> tuple[np.ndarray, RunningMin]:
     """``min-ACC_k = 1/(k-1) Σ_{i<k} min{A_p(i) : e(i) < p ≤ e(k)}`` — De Lange et al. eq. 2.
 

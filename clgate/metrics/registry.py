@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -147,9 +148,13 @@ CL_CRITERIA: tuple[str, ...] = ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime",
 
 def check_window(window: int) -> int:
     """Validate one window length (evaluation points); returns it as ``int``."""
-    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+    try:
+        w = operator.index(window)  # int, numpy integers; not floats or bools
+    except TypeError:
+        w = None
+    if w is None or isinstance(window, bool) or w < 2:
         raise ValueError(f"windows: a window counts evaluation points and must be an integer ≥ 2, got {window!r}")
-    return window
+    return w
 
 
 def metric_info(metric_id: str) -> MetricInfo:
