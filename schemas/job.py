@@ -185,7 +185,11 @@ class StrategySpec(BaseModel):
 
 # ---------------------------------------------------------------------- training / evaluation
 class TrainingSpec(_Strict):
-    """How each task is trained. ``epochs`` or ``iterations`` (per task); ``iterations`` wins if given."""
+    """How each task is trained. ``epochs`` or ``iterations`` (per task); ``iterations`` wins if given.
+
+    The optimizer is rebuilt at the start of every task. ``precision: bf16`` uses bf16 autocast on
+    CUDA (ignored on the CPU; the log's meta records what was used).
+    """
 
     optimizer: Literal["sgd", "adam"] = "sgd"
     lr: Annotated[float, Field(gt=0)] = 0.05
@@ -195,6 +199,9 @@ class TrainingSpec(_Strict):
     epochs: Annotated[int, Field(ge=1)] = 1
     iterations: Annotated[int, Field(ge=1)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
+    save_final: bool = Field(
+        False, description="Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
+    )
 
 
 class EvaluationSpec(_Strict):

@@ -154,7 +154,7 @@ def build_model(arch: str, input_shape: tuple[int, ...], n_classes: int, *, hidd
         return MLP(math.prod(input_shape), n_classes, hidden)
     if arch in ("cnn", "resnet18-slim"):
         if len(input_shape) == 2:
-            channels, prefix = 1, [nn.Unflatten(1, (1, *input_shape))]
+            channels, prefix = 1, [nn.Unflatten(1, (1, input_shape[0]))]  # (N, H, W) → (N, 1, H, W)
         elif len(input_shape) == 3:
             channels, prefix = input_shape[0], []
         else:

@@ -423,6 +423,19 @@ class _SeedRun:
                 self._save(partial=True)
             if self._stop_requested():
                 raise _Stop
+        if tr.save_final:
+            self._save_model(model)
+
+    def _save_model(self, model: torch.nn.Module) -> None:
+        if isinstance(model, torch.jit.ScriptModule):
+            target = self.path.with_name(f"model-seed{self.seed}.pt")
+            torch.jit.save(model, str(target))
+        else:
+            from safetensors.torch import save_file
+
+            target = self.path.with_name(f"model-seed{self.seed}.safetensors")
+            save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(target))
+        self.meta["final_model"] = target.name
 
     def _iterations_for(self, n: int) -> int:
         tr = self.spec.training
