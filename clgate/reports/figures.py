@@ -132,15 +132,17 @@ def stability_gap(a: Any, seed: Any = None) -> str:
                 m = e + 1 + int(np.nanargmin(after))
                 ax.plot([it[m]], [y[m]], marker="v", markersize=8, color=color, markeredgecolor="black",
                         linestyle="none", gid=f"min-acc-{j + 1}")
-                ax.annotate(f"min {y[m]:.2f}", (it[m], y[m]), textcoords="offset points", xytext=(4, -10),
-                            fontsize=7, color=color)
+                if a.n_tasks <= 10:  # beyond that the labels pile up; the markers stay
+                    ax.annotate(f"min {y[m]:.2f}", (it[m], y[m]), textcoords="offset points", xytext=(4, -10),
+                                fontsize=7, color=color)
     for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
         ax.axvline(a.iterations[int(e)], color="black", linestyle="--", linewidth=0.8, alpha=0.6)
     ax.set_xlabel("iteration (dashed: task boundaries; ▼ lowest accuracy after the task was learned)")
     ax.set_ylabel("task accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=7, ncol=min(5, a.n_tasks))
+    if a.n_tasks <= 10:
+        ax.legend(loc="lower left", fontsize=7, ncol=min(5, a.n_tasks))
     s = f", seed {seed}" if seed is not None else ""
     ax.set_title(f"Per-iteration task accuracy: the stability gap (as De Lange et al. fig. 2){s}", fontsize=10)
     return _svg(fig)
