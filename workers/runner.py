@@ -200,6 +200,16 @@ def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         if (out / name).is_file():
             stored[name] = ctx.store.put_file(out / name).sha256
     document = decision.model_dump(mode="json")
+    try:
+        return _record(ctx, job_id, model_name, stored, decision.verdict, document, actor)
+    except sqlalchemy.exc.IntegrityError:  # another delivery recorded the decision first
+        with ctx.sessions() as s:
+            job = s.get(Job, job_id)
+            return JobState(job.state), job.error
+
+
+def _record(ctx: Context, job_id: str, model_name: str, stored: dict[str, str], verdict: str, document: dict,
+            actor: str) -> tuple[JobState, str | None]:
     with session_scope(ctx.sessions) as s:
         job = s.get(Job, job_id)
         if JobState(job.state).terminal:
@@ -211,13 +221,13 @@ def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, s
                     job_id=job_id,
                     policy_id=job.policy_id,
                     model_name=model_name,
-                    verdict=decision.verdict,
+                    verdict=verdict,
                     headline=document.get("headline") or {},
                     document=document,
                 )
             )
             s.flush()  # the unique key on job_id refuses a second decision here
-            audit(s, actor, "decision.recorded", "job", job_id, verdict=decision.verdict, policy_id=job.policy_id)
+            audit(s, actor, "decision.recorded", "job", job_id, verdict=verdict, policy_id=job.policy_id)
         job.progress = {**(job.progress or {}), "fraction": 1.0}
         _finish(s, job, JobState.succeeded, error=None, actor=actor)
     return JobState.succeeded, None
