@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clgate.metrics import LogArrays, compute_metrics  # noqa: E402
-from schemas import EvaluationLog  # noqa: E402
+from clgate.metrics import LogArrays, compute_metrics
+from schemas import EvaluationLog
 
 
 def synthetic_log(n_tasks: int, per_task: int, n_points: int, seed: int = 0) -> bytes:

@@ -39,7 +39,14 @@ from clgate.metrics.functional import (
     windowed_extremes,
     worst_case_accuracy_curve,
 )
-from clgate.metrics.registry import CL_CRITERIA, REGISTRY, WINDOWED, MetricInfo, metric_ids, metric_info
+from clgate.metrics.registry import (
+    CL_CRITERIA,
+    REGISTRY,
+    WINDOWED,
+    MetricInfo,
+    metric_ids,
+    metric_info,
+)
 
 __all__ = [
     "CL_CRITERIA",
@@ -54,9 +61,9 @@ __all__ = [
     "cl_stability",
     "class_minima_after_learning",
     "class_regression",
+    "computational_efficiency",
     "compute_metrics",
     "compute_runs",
-    "computational_efficiency",
     "first_point_of_minimum",
     "forgetting",
     "lifetime_accuracy",

@@ -139,7 +139,7 @@ class LogArrays:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_log(cls, log: EvaluationLog, *, task_accuracy: TaskAccuracy = "macro") -> "LogArrays":
+    def from_log(cls, log: EvaluationLog, *, task_accuracy: TaskAccuracy = "macro") -> LogArrays:
         """Build the tensors of a validated :class:`~schemas.EvaluationLog` (one pass over the points)."""
         if task_accuracy not in ("macro", "micro"):
             raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
@@ -209,7 +209,7 @@ class LogArrays:
         )
         return base.with_task_accuracy(task_accuracy)
 
-    def with_task_accuracy(self, mode: TaskAccuracy) -> "LogArrays":
+    def with_task_accuracy(self, mode: TaskAccuracy) -> LogArrays:
         """The same log with ``task_acc`` and ``R`` recomputed as ``macro`` or ``micro``."""
         if mode == self.task_accuracy and self.R.shape == (self.n_tasks, self.n_tasks):
             return self

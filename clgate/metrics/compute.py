@@ -17,7 +17,7 @@ import numpy as np
 
 from clgate.metrics import functional as fn
 from clgate.metrics.arrays import LogArrays, TaskAccuracy, wilson_interval
-from clgate.metrics.registry import CL_CRITERIA, REGISTRY, check_window, metric_ids, metric_info
+from clgate.metrics.registry import CL_CRITERIA, check_window, metric_ids, metric_info
 from schemas.evaluation_log import EvaluationLog
 from schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, RunsResult
 
@@ -36,7 +36,7 @@ def _check_options(
     if task_accuracy not in ("macro", "micro"):
         raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
     if isinstance(windows, (str, bytes, int)):
-        raise ValueError(f"windows: expected a sequence of integers ≥ 2, got {windows!r}")
+        raise TypeError(f"windows: expected a sequence of integers ≥ 2, got {windows!r}")
     checked = list(dict.fromkeys(check_window(w) for w in windows))
     if weights is None:
         w = np.full(len(CL_CRITERIA), 1.0 / len(CL_CRITERIA))
@@ -412,8 +412,8 @@ def compute_runs(
     """
     if isinstance(logs, (EvaluationLog, LogArrays)) or len(logs) == 0:
         raise ValueError("logs: give a non-empty sequence of logs (one per run)")
-    options = dict(task_accuracy=task_accuracy, windows=windows, weights=weights, epsilon=epsilon,
-                   baseline=baseline, confidence=confidence)
+    options = {"task_accuracy": task_accuracy, "windows": windows, "weights": weights, "epsilon": epsilon,
+                   "baseline": baseline, "confidence": confidence}
     arrays = [_arrays(log, task_accuracy, f"logs[{i}]") for i, log in enumerate(logs)]
     first = arrays[0]
     for i, x in enumerate(arrays[1:], start=1):

@@ -22,20 +22,24 @@ def doc(make_log):
 @pytest.mark.parametrize(
     "options, message",
     [
-        pytest.param(dict(windows=[1]), "windows", id="window-1"),
-        pytest.param(dict(windows=[2.5]), "windows", id="window-float"),
-        pytest.param(dict(windows=10), "windows", id="window-not-a-list"),
-        pytest.param(dict(weights=[1 / 6] * 6), "weights: expected 7", id="weights-length"),
-        pytest.param(dict(weights=[0.5] * 7), "weights: must sum to 1", id="weights-sum"),
-        pytest.param(dict(weights=[-0.1, 0.3, 0.2, 0.2, 0.2, 0.1, 0.1]), "weights: must be finite", id="weights-neg"),
-        pytest.param(dict(epsilon=0.5), "epsilon", id="epsilon"),
-        pytest.param(dict(confidence=1.0), "confidence", id="confidence"),
-        pytest.param(dict(task_accuracy="weighted"), "task_accuracy", id="mode"),
+        pytest.param({"windows": [1]}, "windows", id="window-1"),
+        pytest.param({"windows": [2.5]}, "windows", id="window-float"),
+        pytest.param({"weights": [1 / 6] * 6}, "weights: expected 7", id="weights-length"),
+        pytest.param({"weights": [0.5] * 7}, "weights: must sum to 1", id="weights-sum"),
+        pytest.param({"weights": [-0.1, 0.3, 0.2, 0.2, 0.2, 0.1, 0.1]}, "weights: must be finite", id="weights-neg"),
+        pytest.param({"epsilon": 0.5}, "epsilon", id="epsilon"),
+        pytest.param({"confidence": 1.0}, "confidence", id="confidence"),
+        pytest.param({"task_accuracy": "weighted"}, "task_accuracy", id="mode"),
     ],
 )
 def test_bad_options_raise_value_errors_naming_the_argument(doc, options, message):
     with pytest.raises(ValueError, match=message):
         compute_metrics(EvaluationLog.parse(doc), **options)
+
+
+def test_windows_must_be_a_sequence(doc):
+    with pytest.raises(TypeError, match="windows: expected a sequence"):
+        compute_metrics(EvaluationLog.parse(doc), windows=10)
 
 
 def test_micro_needs_counts(make_log):

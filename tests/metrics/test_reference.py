@@ -13,26 +13,26 @@ WINDOWS = (2, 3, 10)
 
 CASES = {
     # id: (generator options, compute options)
-    "equal-sizes": (dict(sizes=[2, 2, 2, 2]), {}),
-    "unequal-sizes": (dict(sizes=[1, 4, 2, 3, 1]), {}),
-    "random-sizes": (dict(), {}),
-    "K1": (dict(n_tasks=1), {}),
-    "K1-only-end": (dict(n_tasks=1, only_ends=True), {}),
-    "task-ends-only": (dict(n_tasks=4, only_ends=True), {}),
-    "future-eval": (dict(n_tasks=4, future=True), {}),
-    "future-eval-only-ends": (dict(n_tasks=3, future=True, only_ends=True), {}),
-    "accuracy-only": (dict(counts=False), {}),
-    "accuracy-only-future": (dict(counts=False, future=True, n_tasks=3), {}),
-    "micro": (dict(), dict(task_accuracy="micro")),
-    "micro-future": (dict(future=True, n_tasks=3), dict(task_accuracy="micro")),
-    "subsampled": (dict(n_tasks=4, subsample=0.5, max_between=8), {}),
-    "ties": (dict(coarse=True, max_between=6), {}),
-    "ties-accuracy": (dict(coarse=True, counts=False, max_between=6), {}),
-    "partial": (dict(n_tasks=4, partial=True), {}),
-    "no-resources": (dict(resources=False), {}),
-    "long-windows": (dict(n_tasks=3, max_between=25), {}),
-    "weights-zero-fwt": (dict(n_tasks=3), dict(weights=[0.4, 0.2, 0.1, 0.0, 0.1, 0.1, 0.1], epsilon=3.0)),
-    "confidence-90": (dict(), dict(confidence=0.9)),
+    "equal-sizes": ({"sizes": [2, 2, 2, 2]}, {}),
+    "unequal-sizes": ({"sizes": [1, 4, 2, 3, 1]}, {}),
+    "random-sizes": ({}, {}),
+    "K1": ({"n_tasks": 1}, {}),
+    "K1-only-end": ({"n_tasks": 1, "only_ends": True}, {}),
+    "task-ends-only": ({"n_tasks": 4, "only_ends": True}, {}),
+    "future-eval": ({"n_tasks": 4, "future": True}, {}),
+    "future-eval-only-ends": ({"n_tasks": 3, "future": True, "only_ends": True}, {}),
+    "accuracy-only": ({"counts": False}, {}),
+    "accuracy-only-future": ({"counts": False, "future": True, "n_tasks": 3}, {}),
+    "micro": ({}, {"task_accuracy": "micro"}),
+    "micro-future": ({"future": True, "n_tasks": 3}, {"task_accuracy": "micro"}),
+    "subsampled": ({"n_tasks": 4, "subsample": 0.5, "max_between": 8}, {}),
+    "ties": ({"coarse": True, "max_between": 6}, {}),
+    "ties-accuracy": ({"coarse": True, "counts": False, "max_between": 6}, {}),
+    "partial": ({"n_tasks": 4, "partial": True}, {}),
+    "no-resources": ({"resources": False}, {}),
+    "long-windows": ({"n_tasks": 3, "max_between": 25}, {}),
+    "weights-zero-fwt": ({"n_tasks": 3}, {"weights": [0.4, 0.2, 0.1, 0.0, 0.1, 0.1, 0.1], "epsilon": 3.0}),
+    "confidence-90": ({}, {"confidence": 0.9}),
 }
 SEEDS = range(6)
 
@@ -69,7 +69,7 @@ def test_baseline_matches_reference(seed, make_log, reference, same):
     result = compute_metrics(EvaluationLog.parse(candidate), baseline=EvaluationLog.parse(base))
     expected = reference(candidate, baseline=base)
     same(result.metrics["class_regression"], expected["class_regression"], "class_regression")
-    last = lambda d: [c / t for c, t in zip(d["points"][-1]["correct"], d["points"][-1]["total"])]  # noqa: E731
+    last = lambda d: [c / t for c, t in zip(d["points"][-1]["correct"], d["points"][-1]["total"])]
     same(result.class_deltas, [x - y for x, y in zip(last(candidate), last(base))], "class_deltas")
 
 

@@ -10,13 +10,20 @@ from pathlib import Path
 import pytest
 
 import clgate.metrics as M
-from clgate.metrics import REGISTRY, WINDOWED, compute_metrics, compute_runs, metric_ids, metric_info
+from clgate.metrics import (
+    REGISTRY,
+    WINDOWED,
+    compute_metrics,
+    compute_runs,
+    metric_ids,
+    metric_info,
+)
 from clgate.metrics.registry import NEEDS
 from schemas import EvaluationLog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ALL_IDS = [*REGISTRY, "wf{w}", "wp{w}"]
-FULL_OPTIONS = dict(task_accuracy="macro", windows=(3, 10))
+FULL_OPTIONS = {"task_accuracy": "macro", "windows": (3, 10)}
 
 
 @pytest.fixture(scope="module")

@@ -88,8 +88,8 @@ def test_cl_score_uses_the_reported_criteria():
     m = compute_metrics(log).metrics
     # by hand: A = (0.9 + 0.6 + 0.8)/3, BWT = 0.6 - 0.9, REM = 0.7, BWT+ = 0, FWT = 0.2,
     # MS = (1 + 0.5)/2, SSS = 1 - (0 + 50/200)/2, CE = (0.1 + 0.2)/2
-    expected = dict(a_lifetime=2.3 / 3, bwt_lifetime=-0.3, rem=0.7, bwt_plus=0.0, fwt_lifetime=0.2,
-                    ms=0.75, sss=0.875, ce=0.15)
+    expected = {"a_lifetime": 2.3 / 3, "bwt_lifetime": -0.3, "rem": 0.7, "bwt_plus": 0.0, "fwt_lifetime": 0.2,
+                    "ms": 0.75, "sss": 0.875, "ce": 0.15}
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
     crit = [expected[c] for c in ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime", "ms", "sss", "ce")]
