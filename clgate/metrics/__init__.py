@@ -4,8 +4,9 @@ Start from :func:`compute_metrics` (one log) or :func:`compute_runs` (several se
 (:data:`REGISTRY`, :func:`metric_info`) says what each id means; :class:`LogArrays` holds the tensors
 derived once from a log; :mod:`clgate.metrics.functional` has each metric as a pure numpy function.
 
+>>> from pathlib import Path
 >>> from schemas import EvaluationLog
->>> log = EvaluationLog.load("examples/logs/spec-example.json")
+>>> log = EvaluationLog.load(Path(__file__).parents[2] / "examples" / "logs" / "spec-example.json")
 >>> m = compute_metrics(log)
 >>> m.metrics["mica"], m.evidence["mica"][2]["class_name"]
 ([0.9, 0.5, 0.36], 'scratch')

@@ -9,7 +9,7 @@ import pytest
 from clgate.metrics import REGISTRY, LogArrays, compute_metrics, metric_ids
 from schemas import EvaluationLog
 
-WINDOWS = (2, 3, 10)
+WINDOWS = (2, 3, 10, 64)
 
 CASES = {
     # id: (generator options, compute options)
@@ -31,6 +31,7 @@ CASES = {
     "partial": ({"n_tasks": 4, "partial": True}, {}),
     "no-resources": ({"resources": False}, {}),
     "long-windows": ({"n_tasks": 3, "max_between": 25}, {}),
+    "long-log": ({"n_tasks": 3, "max_between": 90, "subsample": 0.2}, {}),
     "weights-zero-fwt": ({"n_tasks": 3}, {"weights": [0.4, 0.2, 0.1, 0.0, 0.1, 0.1, 0.1], "epsilon": 3.0}),
     "confidence-90": ({}, {"confidence": 0.9}),
 }
