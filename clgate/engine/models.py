@@ -22,6 +22,7 @@ import io
 import math
 import pickletools
 import struct
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -275,7 +276,9 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
     if kind != "torchscript":
         raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
     try:
-        return torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # TorchScript is deprecated upstream but is what candidates ship as
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            return torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
         raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
 

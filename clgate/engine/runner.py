@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import platform
 import time
+import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -429,7 +430,9 @@ class _SeedRun:
     def _save_model(self, model: torch.nn.Module) -> None:
         if isinstance(model, torch.jit.ScriptModule):
             target = self.path.with_name(f"model-seed{self.seed}.pt")
-            torch.jit.save(model, str(target))
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", category=DeprecationWarning)
+                torch.jit.save(model, str(target))
         else:
             from safetensors.torch import save_file
 

@@ -18,6 +18,9 @@ from clgate.engine.models import (
 )
 from schemas.evaluation_log import EvaluationLog
 
+# torch.jit is deprecated upstream; TorchScript candidates are still a supported input.
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
 
 class FileWriter:
     """Unpickling this object opens (creates) ``path`` for writing: proof that code ran."""

@@ -1,0 +1,96 @@
+"""``clgate run`` and ``clgate evaluate``: logs written, overrides, exit codes, no tracebacks;
+``clgate metrics`` reads what ``clgate run`` writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from clgate.cli import app
+from schemas.evaluation_log import EvaluationLog
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+    return invoke
+
+
+def test_run_example_spec_with_overrides_then_metrics(tmp_path, cli):
+    out = tmp_path / "out"
+    result = cli(
+        "run", EXAMPLES / "digits-er.yaml", "training.epochs=1", "--set", "evaluation.eval_every=20",
+        "--seeds", "0,1", "--device", "cpu", "--out", out,
+    )
+    assert result.exit_code == 0, result.output
+    logs = sorted(out.glob("log-seed*.json"))
+    assert [p.name for p in logs] == ["log-seed0.json", "log-seed1.json"]
+    log = EvaluationLog.load(logs[0])
+    assert log.meta["strategy"] == "er" and log.meta["eval_every"] == 20 and log.meta["training"]["epochs"] == 1
+    assert "final accuracy" in result.output
+    assert "iteration" in result.output  # plain progress lines when not on a terminal
+    metrics = cli("metrics", logs[0], "--json")
+    assert metrics.exit_code == 0, metrics.output
+    values = json.loads(metrics.output)["metrics"]
+    assert len(values["mica"]) == 5 and 0 <= values["mica"][-1] <= 1
+    runs = cli("metrics", *logs, "--json")
+    assert runs.exit_code == 0, runs.output
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        pytest.param(["training.lr=-1"], "training.lr: Input should be greater than 0", id="bad-override"),
+        pytest.param(["--set", "strategy.mem_szie=3"], "er takes no parameter 'mem_szie'", id="bad-strategy-param"),
+        pytest.param(["--set", "data={kind: npz, path: missing.npz}"], "missing.npz: no such file", id="missing-data"),
+        pytest.param(["--set", "model.arch=cnn", "--set", "model.weights=nothing.safetensors"], "nothing.safetensors: no such file", id="missing-weights"),
+        pytest.param(["scenario.n_tasks=3"], "10 classes do not split into 3 equal tasks", id="bad-split"),
+    ],
+)
+def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, cli, args, message):
+    result = cli("run", EXAMPLES / "digits-er.yaml", *args, "--out", tmp_path, "-q")
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_run_refuses_missing_spec(tmp_path, cli):
+    result = cli("run", tmp_path / "nope.yaml", "--out", tmp_path)
+    assert result.exit_code == 2 and "cannot read file" in result.output
+
+
+def test_evaluate_checkpoints_from_the_command_line(tmp_path, cli, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
+    from clgate.engine.models import build_model
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("data: digits\nscenario: {n_tasks: 5}\nmodel: {arch: mlp}\ndevice: cpu\n")
+    monkeypatch.chdir(tmp_path)
+    names = []
+    for k in range(5):
+        torch.manual_seed(k)
+        save_file(build_model("mlp", (1, 8, 8), 10).state_dict(), f"t{k}.safetensors")
+        names.append(f"t{k}.safetensors")
+    result = cli("evaluate", "--checkpoints", names[0], *names[1:], spec, "--out", "out", "-q")
+    assert result.exit_code == 0, result.output
+    log = EvaluationLog.load(tmp_path / "out" / "log-seed0.json")
+    assert [p.iteration for p in log.points] == [1, 2, 3, 4, 5] and all(p.task_end for p in log.points)
+    assert log.meta["strategy"] == "evaluate" and len(log.meta["checkpoints"]) == 5
+    # without a spec file the fields come from key=value arguments
+    result = cli("evaluate", "-c", f"{names[0]}@10", "-c", f"{names[1]}@20", "data=digits", "scenario.n_tasks=2",
+                 "model.arch=mlp", "device=cpu", "--out", "out2", "-q")
+    assert result.exit_code == 0, result.output
+    result = cli("evaluate", "-c", names[0], spec, "--out", "out3", "-q")
+    assert result.exit_code == 2 and "1 given for 5 tasks" in result.output
+    result = cli("evaluate", spec, "--out", "out4", "-q")
+    assert result.exit_code == 2 and "give the checkpoints" in result.output
