@@ -186,3 +186,23 @@ def test_one_run_has_no_stability_and_runs_must_share_tasks(make_log):
         compute_runs([EvaluationLog.parse(make_log(1, sizes=[1, 2])), EvaluationLog.parse(make_log(2, sizes=[2, 1]))])
     with pytest.raises(ValueError, match="logs"):
         compute_runs([])
+
+
+def _final_only(acc: list[float], partial: bool = False) -> EvaluationLog:
+    points = [{"iteration": 1, "task": 1, "task_end": True, "accuracy": [acc[0], None]}]
+    if not partial:
+        points.append({"iteration": 2, "task": 2, "task_end": True, "accuracy": acc})
+    return EvaluationLog.parse({"tasks": [[0], [1]], "points": points, "partial": partial})
+
+
+def test_class_regression_by_hand():
+    base = _final_only([0.9, 0.6])
+    worse = compute_metrics(_final_only([0.7, 0.65]), baseline=base)
+    assert worse.metrics["class_regression"] == pytest.approx(0.2)
+    assert worse.evidence["class_regression"]["class"] == 0
+    assert worse.class_deltas == [pytest.approx(-0.2), pytest.approx(0.05)]
+    better = compute_metrics(_final_only([0.95, 0.7]), baseline=base)
+    assert better.metrics["class_regression"] == pytest.approx(-0.05)  # every class improved
+    unfinished = compute_metrics(_final_only([0.9, 0.6]), baseline=_final_only([0.9, 0.6], partial=True))
+    assert unfinished.metrics["class_regression"] is None
+    assert "baseline not finished" in unfinished.reasons["class_regression"]
