@@ -236,7 +236,7 @@ def compute_metrics(
     else:
         out.metrics["mica_lcb"] = [None] * K
         out.reasons["mica_lcb"] = "needs correct/total counts; the log gives accuracies only"
-    deltas = _baseline(out, a, baseline, task_accuracy)
+    deltas = _baseline(out, a, baseline)
 
     # ---- notes
     if F and not a.continual:
@@ -363,11 +363,11 @@ def _class_stats(
     return stats
 
 
-def _baseline(out: _Result, a: LogArrays, baseline: LogLike | None, task_accuracy: TaskAccuracy) -> list[float | None] | None:
+def _baseline(out: _Result, a: LogArrays, baseline: LogLike | None) -> list[float | None] | None:
     if baseline is None:
         out.scalar("class_regression", None, "needs a baseline log over the same classes")
         return None
-    b = _arrays(baseline, task_accuracy, "baseline")
+    b = baseline if isinstance(baseline, LogArrays) else _arrays(baseline, "macro", "baseline")  # class finals only
     if b.n_classes != a.n_classes:
         raise ValueError(f"baseline: has {b.n_classes} classes, the log has {a.n_classes} (same classes needed)")
     if b.class_names != a.class_names:

@@ -206,3 +206,11 @@ def test_class_regression_by_hand():
     unfinished = compute_metrics(_final_only([0.9, 0.6]), baseline=_final_only([0.9, 0.6], partial=True))
     assert unfinished.metrics["class_regression"] is None
     assert "baseline not finished" in unfinished.reasons["class_regression"]
+
+
+def test_a_baseline_with_accuracies_only_serves_a_micro_run():
+    counts = EvaluationLog.parse({"tasks": [[0], [1]], "points": [
+        {"iteration": 1, "task": 1, "task_end": True, "correct": [9, 0], "total": [10, 0]},
+        {"iteration": 2, "task": 2, "task_end": True, "correct": [6, 8], "total": [10, 10]}]})
+    result = compute_metrics(counts, task_accuracy="micro", baseline=_final_only([0.9, 0.6]))
+    assert result.metrics["class_regression"] == pytest.approx(0.3)
