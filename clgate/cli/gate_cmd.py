@@ -87,6 +87,22 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     console.print(f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False)
 
 
+def _environment() -> dict[str, Any]:
+    """Where and when the gate ran (for the audit trail; not part of the decision's hashes)."""
+    import datetime
+    import platform
+
+    import numpy
+
+    from clgate import __version__
+
+    return {
+        "gated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "versions": {"clgate": __version__, "python": platform.python_version(), "numpy": numpy.__version__},
+    }
+
+
 def exit_code(verdict: str, fail_on_warn: bool) -> int:
     """0 PASS (WARN too unless fail_on_warn), 1 FAIL, 2 ERROR.
 
@@ -165,6 +181,7 @@ def gate_command(
     from clgate.gate import gate_logs
 
     provenance = {
+        **_environment(),
         "command": "clgate gate",
         "logs": [str(p) for p in log_paths],
         "policy_file": str(policy_path),
@@ -231,7 +248,7 @@ def demo_command(
         typer.echo(f"==> {strategy}: continual training on digits ({job_file}) …", err=True)
         paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
         logs = [_load_log(p) for p in paths]
-        provenance = {"command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
+        provenance = {**_environment(), "command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
                       "policy_file": str(policy_file), "logs": [str(p) for p in paths]}
         result = gate_logs(logs, policy, out_dir=run_dir, provenance=provenance)
         print_decision(result.decision, title=f"{strategy}: policy {policy.name} v{policy.version}")

@@ -76,7 +76,8 @@ def registry_problems(policy: PolicySchema) -> list[str]:
             if rule.bound == "wilson95" and metric not in LCB_METRICS:
                 problems.append(
                     f"{where}.bound: wilson95 is available for {', '.join(sorted(LCB_METRICS))} "
-                    f"and per-class rules, not {metric}"
+                    f"and per-class rules, not {metric} (the worst class on its bound: "
+                    '{classes: "*", at: final | min_after_learned, bound: wilson95})'
                 )
             for name in ("floor", "ceiling"):
                 value = getattr(rule, name)
