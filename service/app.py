@@ -14,6 +14,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import select, text
+from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
 from schemas.api import Health
@@ -31,6 +32,16 @@ from service.store.models import ApiKey
 log = logging.getLogger("clgate.api")
 
 
+def bootstrap_admin(sessions, key: str) -> None:
+    """Store ``key`` as the first admin key when no key exists (several replicas may race: one wins)."""
+    try:
+        with session_scope(sessions) as s:
+            if s.scalar(select(ApiKey.id).limit(1)) is None:
+                create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap", key=key)
+    except IntegrityError:
+        pass
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
 
@@ -44,10 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         wait_for_schema(engine, timeout_s=30)
         sessions = make_sessionmaker(engine)
         if settings.bootstrap_admin_key:
-            with session_scope(sessions) as s:
-                if s.scalar(select(ApiKey.id).limit(1)) is None:
-                    create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap",
-                               key=settings.bootstrap_admin_key)
+            bootstrap_admin(sessions, settings.bootstrap_admin_key)
         app.state.engine = engine
         app.state.sessions = sessions
         app.state.store = ArtifactStore(settings.artifact_dir)

@@ -18,6 +18,7 @@ broker_url
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -73,6 +74,15 @@ class Settings(BaseSettings):
         scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
         if scheme not in {"sqlite", "postgresql"}:
             raise ValueError(f"CLGATE_DATABASE_URL must be sqlite:// or postgresql:// (got scheme {scheme!r})")
+        return value
+
+    @field_validator("bootstrap_admin_key")
+    @classmethod
+    def _key_format(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not re.fullmatch(r"clg_[0-9a-f]{16}_[A-Za-z0-9_-]{43}", value):
+            raise ValueError("must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)")
         return value
 
     @field_validator("job_time_limit_s")

@@ -30,13 +30,17 @@ def _settings(data_dir: Path | None = None, **overrides):
         raise typer.Exit(2) from None
 
 
-def _sessions(settings):
-    from service.store.db import make_engine, make_sessionmaker, upgrade
+def _sessions(settings, *, migrate: bool = True):
+    """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job has."""
+    from service.store.db import make_engine, make_sessionmaker, upgrade, wait_for_schema
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
-    upgrade(url)
-    return make_sessionmaker(make_engine(url))
+    if migrate:
+        upgrade(url)
+    engine = make_engine(url)
+    wait_for_schema(engine, timeout_s=120)
+    return make_sessionmaker(engine)
 
 
 def serve(
@@ -58,7 +62,15 @@ def serve(
     if settings.embedded and workers > 1:
         typer.echo("error: --workers > 1 needs CLGATE_BROKER_URL (the embedded executor lives in one process)", err=True)
         raise typer.Exit(2)
-    sessions = _sessions(settings)
+    sessions = _sessions(settings, migrate=settings.auto_migrate)
+    if settings.bootstrap_admin_key:
+        from service.app import bootstrap_admin
+
+        try:
+            bootstrap_admin(sessions, settings.bootstrap_admin_key)
+        except ValueError as exc:
+            typer.echo(f"error: CLGATE_BOOTSTRAP_ADMIN_KEY: {exc}", err=True)
+            raise typer.Exit(2) from None
     with session_scope(sessions) as s:
         first = s.scalar(select(ApiKey.id).limit(1)) is None and not settings.bootstrap_admin_key
         if first:

@@ -1,0 +1,190 @@
+"""deploy/: the compose file, the Kubernetes manifests, Prometheus, Alertmanager and Grafana configs
+parse and refer to things that exist: files, images with pinned tags, clgate commands and options,
+settings, metric names, health routes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+import typer.main
+import yaml
+
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+THIRD_PARTY = {"redis", "postgres", "prom/prometheus", "prom/alertmanager", "grafana/grafana"}
+OWN_IMAGES = {"clgate", "clgate-gpu", "clgate:latest", "clgate:gpu"}
+SETTINGS = {f"CLGATE_{name.upper()}" for name in Settings.model_fields}
+
+
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def manifests() -> list[dict]:
+    docs = []
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def check_clgate_command(argv: list[str]) -> None:
+    """``clgate ...`` parses with the real CLI (commands and options exist, values valid)."""
+    from clgate.cli import app
+
+    assert argv[0] == "clgate", argv
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    cmd: click.Command = group
+    args = argv[1:]
+    while isinstance(cmd, click.Group):
+        name, cmd, args = cmd.resolve_command(ctx, args)
+        assert cmd is not None, argv
+        ctx = click.Context(cmd, parent=ctx)
+    cmd.make_context(argv[0], list(args), parent=ctx)  # raises on unknown options or bad values
+
+
+def _image_ok(image: str) -> None:
+    if image in OWN_IMAGES:
+        return
+    name, _, tag = image.partition(":")
+    assert name in THIRD_PARTY, image
+    assert tag and tag != "latest", f"{image}: pin a tag"
+
+
+def test_compose_services_and_references():
+    doc = compose()
+    services = doc["services"]
+    assert {"api", "worker-gpu", "worker-cpu", "redis", "postgres", "prometheus", "alertmanager", "grafana"} <= set(services)
+    for name, svc in services.items():
+        _image_ok(svc["image"])
+        if "build" in svc:
+            assert (DEPLOY / svc["build"]["context"] / svc["build"]["dockerfile"]).is_file(), name
+        command = svc.get("command")
+        if command and command[0] == "clgate":
+            check_clgate_command(command)
+        for volume in svc.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), (name, source)
+            else:
+                assert source in doc["volumes"], (name, source)
+        for key in (svc.get("environment") or {}):
+            if key.startswith("CLGATE_"):
+                assert key in SETTINGS, (name, key)
+    # every service that runs clgate builds on one image that is built somewhere in the file
+    built = {svc["image"] for svc in services.values() if "build" in svc}
+    assert {svc["image"] for svc in services.values() if svc["image"].startswith("clgate")} <= built
+
+
+def test_compose_gpu_worker_redis_persistence_and_queues():
+    services = compose()["services"]
+    devices = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    assert services["worker-gpu"]["command"][services["worker-gpu"]["command"].index("--queues") + 1] == "gpu"
+    assert services["worker-cpu"]["command"][services["worker-cpu"]["command"].index("--queues") + 1] == "cpu"
+    assert "--appendonly" in services["redis"]["command"] and services["redis"]["volumes"]
+    env = services["api"]["environment"]
+    assert env["CLGATE_BROKER_URL"].startswith("redis://redis:")
+    assert env["CLGATE_DATABASE_URL"].startswith("postgresql+psycopg://") and "@postgres:" in env["CLGATE_DATABASE_URL"]
+    for secret in compose()["secrets"].values():
+        assert secret["file"].startswith("./secrets/")  # operator-provided, git-ignored
+    assert (DEPLOY / "secrets" / ".gitignore").read_text().strip().splitlines()[-2:] == ["*", "!.gitignore"]
+
+
+def test_dockerfile_copies_existing_paths_and_runs_clgate():
+    text = (DEPLOY / "Dockerfile").read_text()
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (REPO / source).exists(), source
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M)[1])
+    check_clgate_command(cmd)
+    assert "python:3.11" in text
+
+
+def test_prometheus_alertmanager_grafana_configs():
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    mounts = {v.split(":")[1] for v in compose()["services"]["prometheus"]["volumes"] if v.startswith(".")}
+    assert set(prom["rule_files"]) <= mounts
+    scrape = prom["scrape_configs"][0]
+    assert scrape["metrics_path"] == "/metrics" and scrape["static_configs"][0]["targets"] == ["api:8000"]
+    assert scrape["authorization"]["credentials_file"] in {
+        s["target"] for s in compose()["services"]["prometheus"]["secrets"]}
+    am = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())
+    names = {r["name"] for r in am["receivers"]}
+    assert am["route"]["receiver"] in names and all(r["receiver"] in names for r in am["route"]["routes"])
+    dash = json.loads((DEPLOY / "grafana" / "dashboards" / "clgate.json").read_text())
+    exported = set(re.findall(r'"(clgate_[a-z_]+)"', (REPO / "service" / "metrics.py").read_text()))
+    exported |= {"clgate_job_duration_seconds_bucket", "clgate_decisions_total"}
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            used = set(re.findall(r"\bclgate_[a-z_]+", target["expr"]))
+            assert used and used <= exported, (panel["title"], used - exported)
+    provider = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "clgate.yml").read_text())
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def _containers(doc: dict) -> list[dict]:
+    spec = doc.get("spec", {})
+    template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get("template") or {}
+    return template.get("spec", {}).get("containers", [])
+
+
+def test_k8s_manifests_reference_existing_things():
+    docs = manifests()
+    by_kind: dict[str, dict[str, dict]] = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    kustom = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    for resource in kustom["resources"]:
+        assert (DEPLOY / "k8s" / resource).is_file(), resource
+    config = by_kind["ConfigMap"]["clgate-config"]["data"]
+    assert set(config) <= SETTINGS, set(config) - SETTINGS
+    Settings(**{k.removeprefix("CLGATE_").lower(): v for k, v in config.items()})  # the values validate
+    for kind in ("Deployment", "StatefulSet", "Job"):
+        for name, d in by_kind.get(kind, {}).items():
+            for c in _containers(d):
+                _image_ok(c["image"])
+                if c.get("command", [""])[0] == "clgate":
+                    check_clgate_command(c["command"])
+                for ref in c.get("envFrom", []):
+                    if "configMapRef" in ref:
+                        assert ref["configMapRef"]["name"] in by_kind["ConfigMap"]
+                    if "secretRef" in ref:  # created from the environment, documented in config.yaml
+                        assert ref["secretRef"]["name"] in (DEPLOY / "k8s" / "config.yaml").read_text()
+            for volume in d["spec"]["template"]["spec"].get("volumes", []):
+                claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+                if claim:
+                    assert claim in by_kind["PersistentVolumeClaim"]
+    assert "Secret" not in by_kind, "secrets come from the environment, not from the repository"
+
+
+def test_k8s_gpu_pool_probes_and_queue_scaling():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()}
+    gpu = _containers(docs[("Deployment", "clgate-worker-gpu")])[0]
+    assert gpu["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert gpu["command"][gpu["command"].index("--queues") + 1] == "gpu"
+    api = _containers(docs[("Deployment", "clgate-api")])[0]
+    from service.app import create_app
+
+    paths = set(create_app(Settings(data_dir="/nonexistent")).openapi()["paths"])
+    assert api["livenessProbe"]["httpGet"]["path"] == "/healthz" and "/healthz" in paths
+    assert api["readinessProbe"]["httpGet"]["path"] == "/readyz" and "/readyz" in paths
+    for name, queue in (("clgate-worker-gpu", "gpu"), ("clgate-worker-cpu", "cpu")):
+        scaled = docs[("ScaledObject", name)]
+        assert scaled["spec"]["scaleTargetRef"]["name"] == name and ("Deployment", name) in docs
+        redis_trigger = next(t for t in scaled["spec"]["triggers"] if t["type"] == "redis")
+        assert redis_trigger["metadata"]["listName"] == queue
+        assert redis_trigger["metadata"]["address"].startswith("redis.")
+        assert ("Service", "redis") in docs
+        probe = _containers(docs[("Deployment", name)])[0]["livenessProbe"]["exec"]["command"][-1]
+        assert f"clgate-{queue}@" in probe  # the node name `clgate worker --queues {queue}` gives itself
+    prom_trigger = next(t for t in docs[("ScaledObject", "clgate-worker-gpu")]["spec"]["triggers"]
+                        if t["type"] == "prometheus")
+    assert "clgate_jobs" in prom_trigger["metadata"]["query"]
