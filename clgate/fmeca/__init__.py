@@ -110,9 +110,10 @@ def _errors(stats: ClassStats, bound: str) -> tuple[float | None, float | None, 
     if low_acc is None:
         return final_err, final_err, None
     worst_err = 1.0 - low_acc
-    if final_err is not None and final_err >= worst_err:
-        return final_err, final_err, None
-    return final_err, worst_err, stats.min_after_learned_iteration
+    if final_err is not None and final_err > worst_err * (1 + _REL_TOL):
+        return final_err, final_err, None  # (only with wilson95: bounds at different points)
+    # ties included: the iteration is when the class first reached its lowest accuracy after learned
+    return final_err, max(worst_err, final_err or 0.0), stats.min_after_learned_iteration
 
 
 def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = None) -> FmecaWorksheet:

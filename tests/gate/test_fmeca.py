@@ -145,3 +145,11 @@ def test_unknown_class_in_ratings_is_a_decision_error(good_log, policy_of):
     d = decide([good_log()], policy)
     assert d.verdict == "ERROR"
     assert d.errors == ["fmeca.severity: no class named 'gnat'"]
+
+
+def test_worst_equal_to_final_still_names_the_iteration(make_result):
+    # a forgotten class: 0 % at the end and already 0 % at iteration 120
+    classes = [{"final_accuracy": 0.0, "final_correct": 0, "final_total": 40, "min_after_learned": 0.0,
+                "min_after_learned_iteration": 120}]
+    row = build_worksheet([make_result(classes=classes)], FmecaConfig()).rows[0]
+    assert row.final_error == row.worst_error == 1.0 and row.worst_iteration == 120
