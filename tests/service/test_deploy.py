@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-import click
+import pytest
 import typer.main
 import yaml
 
@@ -34,19 +34,26 @@ def manifests() -> list[dict]:
 
 
 def check_clgate_command(argv: list[str]) -> None:
-    """``clgate ...`` parses with the real CLI (commands and options exist, values valid)."""
+    """``clgate ...`` parses with the real CLI (commands and options exist, values valid); raises otherwise."""
     from clgate.cli import app
 
     assert argv[0] == "clgate", argv
-    group = typer.main.get_command(app)
-    ctx = click.Context(group)
-    cmd: click.Command = group
-    args = argv[1:]
-    while isinstance(cmd, click.Group):
-        name, cmd, args = cmd.resolve_command(ctx, args)
-        assert cmd is not None, argv
-        ctx = click.Context(cmd, parent=ctx)
-    cmd.make_context(argv[0], list(args), parent=ctx)  # raises on unknown options or bad values
+    cmd = typer.main.get_command(app)
+    ctx = cmd.make_context("clgate", list(argv[1:]))
+    while hasattr(cmd, "resolve_command"):  # a group: descend into the named subcommand
+        args = [*ctx._protected_args, *ctx.args]
+        assert args, f"{argv}: no subcommand"
+        name, cmd, rest = cmd.resolve_command(ctx, args)
+        assert cmd is not None, f"{argv}: no command {name}"
+        ctx = cmd.make_context(name, list(rest), parent=ctx)
+
+
+def test_command_check_rejects_what_the_cli_rejects():
+    check_clgate_command(["clgate", "worker", "--queues", "gpu", "--concurrency", "1"])
+    for bad in (["clgate", "worker", "--queue", "gpu"], ["clgate", "serv"], ["clgate", "db", "downgrade"],
+                ["clgate", "serve", "--port", "x"]):
+        with pytest.raises(Exception):  # noqa: B017 - click's usage errors
+            check_clgate_command(bad)
 
 
 def _image_ok(image: str) -> None:
