@@ -18,7 +18,6 @@ Pure: metrics results and schema objects in, a :class:`~schemas.decision.Decisio
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -303,7 +302,7 @@ def _judge_baseline(
             drop = b.final_accuracy - v  # type: ignore[operator]
             if rule.relative:
                 if b.final_accuracy == 0:
-                    drop = 0.0 if v == 0 else -math.inf
+                    drop = 0.0  # nothing to lose: a class at 0 in the baseline cannot drop
                 else:
                     drop = drop / b.final_accuracy
             drops.append((drop, c, run, b.final_accuracy, v))

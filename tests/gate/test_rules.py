@@ -257,3 +257,12 @@ def test_fmeca_priority_and_rpn_rules(judge, make_result):
     rpn_ok = judge({"fmeca": "rpn", "limit": 181}, runs, fmeca=fmeca)
     assert rpn_edge.status == "fail" and rpn_edge.value == 180  # RPN >= limit fails
     assert rpn_ok.status == "pass" and rpn_ok.margin == 0
+
+
+def test_baseline_any_class_relative(judge, make_result):
+    base_classes = [dict(c) for c in CLASSES]
+    base_classes[1]["final_accuracy"] = 0.8  # bee: 0.8 → 0.6 is a 25 % relative drop
+    base_classes[4]["final_accuracy"] = 0.0  # eel: 0 in the baseline cannot drop
+    r = judge({"baseline": "classes", "max_drop": 0.25, "relative": True}, [make_result(classes=CLASSES)],
+              make_result(classes=base_classes))
+    assert r.status == "pass" and r.value == pytest.approx(0.25) and r.evidence["class_name"] == "bee"
