@@ -24,9 +24,17 @@ DEMO_POLICY = "examples/policies/digits-release.yaml"
 DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
 
 
+class InputRejected(typer.Exit):
+    """An input the gate cannot use (exit 2); carries the message for the JUnit/Markdown outputs."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(code)
+        self.message = message
+
+
 def _fail(message: str, code: int = 2) -> None:
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    raise InputRejected(message, code)
 
 
 def repo_file(relative: str) -> Path:
@@ -170,13 +178,21 @@ def gate_command(
     if policy_path is None:
         _fail("--policy POLICY.yaml is required")
     assert policy_path is not None
-    policy = _load_policy(policy_path)
-    baseline = _load_log(baseline_path) if baseline_path is not None else None
-    if job is not None:
-        if not job.exists():
-            _fail(f"--job: {job} does not exist")
-        log_paths = _run_job(job, out or Path("clgate-out"), list(set_ or []))
-    logs = [_load_log(p) for p in log_paths]
+    try:
+        policy = _load_policy(policy_path)
+        baseline = _load_log(baseline_path) if baseline_path is not None else None
+        if job is not None:
+            if not job.exists():
+                _fail(f"--job: {job} does not exist")
+            log_paths = _run_job(job, out or Path("clgate-out"), list(set_ or []))
+        logs = [_load_log(p) for p in log_paths]
+    except InputRejected as exc:
+        # CI still gets a JUnit file and a summary that say why nothing was judged
+        from clgate.reports import render_input_error_junit, render_input_error_markdown
+
+        _write_text(junit, render_input_error_junit(exc.message))
+        _append_text(summary_md, render_input_error_markdown(exc.message))
+        raise
 
     from clgate.gate import gate_logs
 
@@ -200,17 +216,25 @@ def gate_command(
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn))
 
 
+def _write_text(path: Path | None, text: str) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def _append_text(path: Path | None, text: str) -> None:
+    # append: $GITHUB_STEP_SUMMARY is shared by the steps of a job
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(text)
+
+
 def _write_extras(result: GateResult, junit: Path | None, summary_md: Path | None) -> None:
     from clgate.reports import render_junit, render_markdown
 
-    if junit is not None:
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(render_junit(result.decision), encoding="utf-8")
-    if summary_md is not None:
-        summary_md.parent.mkdir(parents=True, exist_ok=True)
-        # append: $GITHUB_STEP_SUMMARY is shared by the steps of a job
-        with summary_md.open("a", encoding="utf-8") as fh:
-            fh.write(render_markdown(result.decision))
+    _write_text(junit, render_junit(result.decision))
+    _append_text(summary_md, render_markdown(result.decision))
 
 
 def demo_command(

@@ -23,6 +23,8 @@ __all__ = [
     "REPORT_FILES",
     "fmeca_csv",
     "render_html",
+    "render_input_error_junit",
+    "render_input_error_markdown",
     "render_junit",
     "render_markdown",
     "write_reports",
@@ -198,6 +200,24 @@ def render_junit(decision: Decision) -> str:
             out.text = ("WARN: " if r.status == "warn" else "PASS: ") + detail
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def render_input_error_junit(message: str) -> str:
+    """JUnit XML for inputs that could not be judged (bad policy, bad log): one test case in error."""
+    suites = ET.Element("testsuites", name="clgate gate", tests="1", failures="0", errors="1")
+    suite = ET.SubElement(suites, "testsuite", name="clgate gate", tests="1", failures="0", errors="1",
+                          skipped="0")
+    case = ET.SubElement(suite, "testcase", classname="clgate.gate", name="inputs")
+    first = message.splitlines()[0] if message else "invalid input"
+    err = ET.SubElement(case, "error", message=first, type="ERROR")
+    err.text = message
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def render_input_error_markdown(message: str) -> str:
+    """The Markdown summary for inputs that could not be judged."""
+    return f"## {_VERDICT_ICON['ERROR']} clgate gate: ERROR (invalid input)\n\n```\n{message}\n```\n"
 
 
 FMECA_COLUMNS = [

@@ -126,3 +126,17 @@ def test_console_script_exit_code(files):
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout
+
+
+def test_bad_input_still_writes_junit_and_summary_for_ci(files):
+    from junitparser import Error, JUnitXml
+
+    p = _policy(files["dir"], "  - {metric: mika, floor: 0.5}\n")
+    junit = files["dir"] / "junit-bad.xml"
+    summary = files["dir"] / "summary-bad.md"
+    res = _gate("--log", files["good"], "--policy", p, "--junit", junit, "--summary-md", summary)
+    assert res.exit_code == 2
+    case = next(iter(next(iter(JUnitXml.fromfile(str(junit))))))
+    assert case.name == "inputs" and isinstance(case.result[0], Error)
+    assert "unknown metric id 'mika'" in case.result[0].text
+    assert summary.read_text().startswith("## ⛔ clgate gate: ERROR (invalid input)")
