@@ -1,0 +1,208 @@
+"""Benchmark of the clgate service on loopback (embedded mode, SQLite): API throughput and latency,
+and the service's overhead on one digits job against running the same job directly.
+
+    .venv/bin/python benchmarks/bench_api.py [--clients 8] [--seconds 10] [--max-requests 5000]
+
+1. N concurrent clients for a bounded time (and a bounded number of requests): 90 % read a job's
+   status (GET /v1/jobs/{id}), 10 % submit a metrics-only job (POST /v1/jobs). Prints requests per
+   second, p50/p99 latency for reads and writes, and errors. Goals: zero errors, read p99 < 50 ms.
+2. One digits job (split digits, 5 tasks, ER, one epoch) submitted to the service, timed from
+   submission until its decision is stored, against `clgate gate --job` (the same engine run and the
+   same gate, in a fresh process). Each is run twice, alternating; the ratio uses the medians.
+   Goal: overhead ≤ 5 %.
+All ratios come from this one run. Loopback only; every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_KEY = "clg_00000000000000be_" + "b" * 43
+POLICY = REPO / "examples" / "policies" / "digits-release.yaml"
+JOB = REPO / "examples" / "jobs" / "digits-er.yaml"
+LOG = REPO / "examples" / "logs" / "spec-example.json"
+OVERRIDES = {"training": {"epochs": 1}, "device": "cpu"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    env.update(CLGATE_DATA_DIR=str(data_dir), CLGATE_BOOTSTRAP_ADMIN_KEY=ADMIN_KEY, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
+         "--port", str(port), "--log-level", "warning", "--no-access-log"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=open(data_dir.parent / "api.log", "wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("API did not start:\n" + (data_dir.parent / "api.log").read_text()[-2000:])
+
+
+def wait_job(client: httpx.Client, job_id: str, timeout: float = 600) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.05)
+    raise TimeoutError(job_id)
+
+
+def load(url: str, *, clients: int, seconds: float, max_requests: int, job_ids: list[str], log_ref: str) -> dict:
+    reads: list[float] = []
+    writes: list[float] = []
+    errors: list[str] = []
+    budget = threading.Semaphore(max_requests)
+    stop_at = time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def client_loop(seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=10) as c:
+            while time.monotonic() < stop_at and budget.acquire(blocking=False):
+                write = rng.random() < 0.1
+                t0 = time.perf_counter()
+                try:
+                    if write:
+                        r = c.post("/v1/jobs", json={"mode": "metrics", "model_name": "bench", "logs": [log_ref],
+                                                     "policy": {"name": "digits-release", "version": "1"},
+                                                     "baseline": "none"})
+                    else:
+                        r = c.get(f"/v1/jobs/{rng.choice(job_ids)}")
+                    ok = r.status_code in (200, 202)
+                    detail = f"{r.status_code} {r.text[:100]}"
+                except httpx.HTTPError as exc:
+                    ok, detail = False, repr(exc)
+                dt = time.perf_counter() - t0
+                with lock:
+                    (writes if write else reads).append(dt)
+                    if not ok:
+                        errors.append(detail)
+
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 30)
+    elapsed = time.perf_counter() - t0
+    return {"reads": reads, "writes": writes, "errors": errors, "elapsed": elapsed}
+
+
+def direct_run(spec_path: Path, out: Path) -> float:
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "clgate", "gate", "--job", str(spec_path), "--policy", str(POLICY),
+                        "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    elapsed = time.perf_counter() - t0
+    if r.returncode not in (0, 1):  # PASS/WARN or FAIL are both a finished gate
+        raise RuntimeError(f"clgate gate --job failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--max-requests", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=2, help="digits jobs per side (service / direct)")
+    args = parser.parse_args()
+
+    import yaml
+
+    tmp = Path(tempfile.mkdtemp(prefix="clgate-bench-"))
+    spec = yaml.safe_load(JOB.read_text())
+    spec.update({k: ({**spec.get(k, {}), **v} if isinstance(v, dict) else v) for k, v in OVERRIDES.items()})
+    spec_path = tmp / "job.json"
+    spec_path.write_text(json.dumps(spec))
+    proc, url = start_api(tmp / "data")
+    try:
+        c = httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=30)
+        c.post("/v1/policies", json=yaml.safe_load(POLICY.read_text())).raise_for_status()
+        log_ref = c.post("/v1/artifacts", params={"kind": "log"}, content=LOG.read_bytes()).json()["ref"]
+
+        # ---- the service's overhead on one digits job, alternating with the direct command
+        service_s, inside_s, direct_s = [], [], []
+        for i in range(args.repeats):
+            t0 = time.perf_counter()
+            job = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
+                                           "policy": {"name": "digits-release", "version": "1"}}).json()
+            job = wait_job(c, job["id"])
+            service_s.append(time.perf_counter() - t0)
+            inside_s.append(job["duration_s"])
+            assert job["state"] == "succeeded", job
+            direct_s.append(direct_run(spec_path, tmp / f"direct-{i}"))
+            print(f"digits job {i + 1}: service {service_s[-1]:.2f} s (worker {inside_s[-1]:.2f} s), "
+                  f"clgate gate --job {direct_s[-1]:.2f} s", flush=True)
+        job_ids = [j["id"] for j in c.get("/v1/jobs").json()["data"]]
+
+        # ---- load: status reads and metrics-only submissions
+        result = load(url, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests,
+                      job_ids=job_ids, log_ref=log_ref)
+        queued = c.get("/v1/jobs", params={"mode": "metrics", "limit": 1}).json()["count"]
+        c.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    reads, writes, errors = result["reads"], result["writes"], result["errors"]
+    total = len(reads) + len(writes)
+    ms = 1000.0
+    print()
+    print(f"load: {args.clients} clients, {result['elapsed']:.1f} s, {total} requests "
+          f"({len(reads)} reads, {len(writes)} metrics-only submissions; {queued} such jobs stored)")
+    print(f"  throughput            {total / result['elapsed']:8.1f} req/s")
+    print(f"  read  p50 / p99       {pct(reads, .5) * ms:8.2f} / {pct(reads, .99) * ms:.2f} ms   (goal p99 < 50 ms)")
+    print(f"  write p50 / p99       {pct(writes, .5) * ms:8.2f} / {pct(writes, .99) * ms:.2f} ms")
+    print(f"  errors                {len(errors):8d}        (goal 0){'  e.g. ' + errors[0] if errors else ''}")
+    svc, wrk, direct = statistics.median(service_s), statistics.median(inside_s), statistics.median(direct_s)
+    print("digits job (ER, 5 tasks, 1 epoch), medians of", args.repeats)
+    print(f"  service, submit → decision stored   {svc:8.2f} s")
+    print(f"  service, worker's own run time      {wrk:8.2f} s")
+    print(f"  clgate gate --job (fresh process)   {direct:8.2f} s")
+    print(f"  ratio service / direct              {svc / direct:8.3f}   (goal ≤ 1.05)")
+    print(f"  ratio read p99 / 50 ms              {pct(reads, .99) * ms / 50:8.3f}   (goal < 1)")
+
+
+if __name__ == "__main__":
+    main()
