@@ -157,3 +157,17 @@ def test_promtool_checks_and_unit_tests_the_rules(require_binary):
                            cwd=RULE_TESTS.parent)
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert "SUCCESS" in tests.stdout + tests.stderr
+
+
+def test_runbook_urls_point_at_headings_of_the_service_docs():
+    import re
+
+    doc = (REPO / "docs" / "service.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", doc, re.M)}
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            url = rule["annotations"]["runbook_url"]
+            assert url.split("#", 1)[0].endswith("docs/service.md"), url
+            assert url.split("#", 1)[1] in anchors, url
