@@ -49,7 +49,7 @@ def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:

@@ -94,7 +94,7 @@ class JobCreate(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _mode_inputs(self) -> "JobCreate":
+    def _mode_inputs(self) -> JobCreate:
         if self.mode == "metrics":
             if not self.logs:
                 raise ValueError("logs: metrics mode needs at least one evaluation log artifact")

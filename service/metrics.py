@@ -13,7 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker

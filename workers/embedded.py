@@ -67,7 +67,7 @@ class EmbeddedExecutor:
             log.info("resuming job %s left over by a previous run", job_id)
             self.submit(job_id, queue="")
 
-    def submit(self, job_id: str, *, queue: str) -> None:  # noqa: ARG002 - one pool serves both queues
+    def submit(self, job_id: str, *, queue: str) -> None:
         with self._lock:
             if self._pool is None:
                 raise RuntimeError("the embedded executor is not running")

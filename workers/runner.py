@@ -144,7 +144,7 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
         raise
     except core.InputProblem as exc:
         state, error = JobState.failed, "invalid input: " + "; ".join(exc.problems)
-    except Exception as exc:  # noqa: BLE001 - any other fault fails this job, never the worker
+    except Exception as exc:
         if type(exc).__name__ == "SoftTimeLimitExceeded":
             state, error = JobState.failed, "time limit exceeded"
         else:
@@ -342,7 +342,7 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="clgate-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
+    def start(self) -> Heartbeat:
         self._thread.start()
         return self
 
@@ -350,7 +350,7 @@ class Heartbeat:
         while not self._stop.is_set():
             try:
                 beat(self.ctx, self.hostname, self.queues)
-            except Exception:  # noqa: BLE001 - database briefly away: try again next beat
+            except Exception:
                 log.warning("heartbeat failed", exc_info=True)
             self._stop.wait(self.ctx.settings.worker_heartbeat_s)
 

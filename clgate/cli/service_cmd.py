@@ -74,7 +74,7 @@ def serve(
     with session_scope(sessions) as s:
         first = s.scalar(select(ApiKey.id).limit(1)) is None and not settings.bootstrap_admin_key
         if first:
-            record, key = create_key(s, name="first-admin", role="admin", actor="system:serve")
+            _, key = create_key(s, name="first-admin", role="admin", actor="system:serve")
     if first:
         key_file = settings.data_dir / "admin.key"
         key_file.write_text(key + "\n", encoding="utf-8")

@@ -24,7 +24,16 @@ from service.auth import create_key
 from service.deps import Admin, Approver, SessionDep, Viewer, actor
 from service.errors import ApiError
 from service.store.db import audit
-from service.store.models import ApiKey, AuditEvent, Baseline, Job, JobFile, JobState, as_utc, utcnow
+from service.store.models import (
+    ApiKey,
+    AuditEvent,
+    Baseline,
+    Job,
+    JobFile,
+    JobState,
+    as_utc,
+    utcnow,
+)
 
 baselines = APIRouter(prefix="/baselines", tags=["baselines"])
 audit_router = APIRouter(prefix="/audit", tags=["audit"])

@@ -32,7 +32,18 @@ from service.errors import ApiError
 from service.routers.policies import find as find_policy
 from service.store.artifacts import ArtifactStore
 from service.store.db import audit
-from service.store.models import Artifact, Baseline, Decision, Job, JobFile, JobState, Policy, Waiver, as_utc, utcnow
+from service.store.models import (
+    Artifact,
+    Baseline,
+    Decision,
+    Job,
+    JobFile,
+    JobState,
+    Policy,
+    Waiver,
+    as_utc,
+    utcnow,
+)
 from workers import core
 from workers.specs import check_paths, find_refs, resolve_refs
 

@@ -201,7 +201,7 @@ class ImmutableRecordError(RuntimeError):
     pass
 
 
-def _refuse_change(mapper, connection, target) -> None:  # noqa: ARG001
+def _refuse_change(mapper, connection, target) -> None:
     raise ImmutableRecordError(f"{type(target).__name__} records are never edited nor deleted")
 
 

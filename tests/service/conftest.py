@@ -240,14 +240,20 @@ def app_factory(tmp_path):
 
 
 @pytest.fixture
-def api(app_factory):
-    """An in-process client (TestClient, lifespan run) with keys of every role: ``api.as_role("viewer")``."""
+def test_client_class():
+    """FastAPI's TestClient (its import warns that starlette prefers httpx2; not our concern here)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from fastapi.testclient import TestClient
+    return TestClient
 
+
+@pytest.fixture
+def api(app_factory, test_client_class):
+    """An in-process client (TestClient, lifespan run) with keys of every role: ``api.as_role("viewer")``."""
+    TestClient = test_client_class
     app, settings = app_factory()
     with TestClient(app) as client:
         keys = {"admin": ADMIN_KEY}

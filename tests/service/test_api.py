@@ -144,9 +144,8 @@ def _chunks(total: int, size: int = 4096):
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["content-length", "chunked"])
-def test_upload_limit(app_factory, admin_key, streamed):
-    from fastapi.testclient import TestClient
-
+def test_upload_limit(app_factory, admin_key, test_client_class, streamed):
+    TestClient = test_client_class
     app, settings = app_factory(max_upload_bytes=10_000)
     headers = {"X-API-Key": admin_key}
     with TestClient(app) as client:

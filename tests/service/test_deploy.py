@@ -110,7 +110,7 @@ def test_dockerfile_copies_existing_paths_and_runs_clgate():
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (REPO / source).exists(), source
-    cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M)[1])
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.MULTILINE)[1])
     check_clgate_command(cmd)
     assert "python:3.11" in text
 

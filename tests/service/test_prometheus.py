@@ -164,7 +164,7 @@ def test_runbook_urls_point_at_headings_of_the_service_docs():
 
     doc = (REPO / "docs" / "service.md").read_text()
     anchors = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-               for h in re.findall(r"^#+ (.+)$", doc, re.M)}
+               for h in re.findall(r"^#+ (.+)$", doc, re.MULTILINE)}
     rules = yaml.safe_load(RULES.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:

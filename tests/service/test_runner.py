@@ -10,7 +10,7 @@ from sqlalchemy import func, select, text
 
 from service.settings import Settings
 from service.store.artifacts import ArtifactStore
-from service.store.db import make_engine, make_sessionmaker, session_scope, upgrade
+from service.store.db import make_engine, session_scope, upgrade
 from service.store.models import AuditEvent, Decision, Job, Policy
 from workers import runner
 
