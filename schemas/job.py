@@ -23,6 +23,7 @@ schemas.job.JobSpecError: invalid job specification
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -355,7 +356,7 @@ class JobSpec(_Strict):
     def dump(self, path: str | Path) -> None:
         """Write as YAML (``.yaml``/``.yml``) or JSON."""
         path = Path(path)
-        data = self.model_dump(mode="json", exclude_none=True)
+        data = self.model_dump(mode="json")
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml as pyyaml
 
@@ -368,48 +369,58 @@ class JobSpec(_Strict):
 
         Values given as text are read as YAML scalars/lists (``2`` → int, ``[0,1]`` → list,
         ``null`` → None). Strategy hyper-parameters may be set flat: ``strategy.mem_size=100``.
+        Raises :class:`JobSpecError`.
         """
-        items: list[tuple[str, Any]] = []
-        problems: list[str] = []
-        if isinstance(overrides, dict):
-            items = list(overrides.items())
-        else:
-            import yaml as pyyaml
+        return type(self).from_overrides(overrides, base=self.model_dump(mode="python"))
 
-            for text in overrides:
-                key, sep, raw = text.partition("=")
-                if not sep or not key.strip():
-                    problems.append(f"override {text!r}: expected key=value (e.g. training.epochs=2)")
-                    continue
-                try:
-                    value = pyyaml.safe_load(raw) if raw.strip() else ""
-                except Exception:
-                    value = raw
-                items.append((key.strip(), value))
-        data = self.model_dump(mode="python", exclude_none=True)
-        for key, value in items:
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None) -> "JobSpec":
+        """A spec built from ``base`` (a dict, default empty) with dotted ``key=value`` fields set.
+
+        >>> JobSpec.from_overrides(["data=digits", "scenario.n_tasks=5", "seeds=[1,2]"]).seeds
+        [1, 2]
+        """
+        data = copy.deepcopy(base) if base is not None else {}
+        problems: list[str] = []
+        for key, value in _parse_overrides(overrides, problems):
             parts = key.split(".")
             if parts[0] == "strategy" and len(parts) == 2 and parts[1] not in ("name", "params"):
                 parts = ["strategy", "params", parts[1]]
-            if parts[0] == "data" and isinstance(data.get("data"), dict) and len(parts) == 1 and isinstance(value, str):
-                value = {"kind": value}
             node: Any = data
             for i, part in enumerate(parts[:-1]):
-                if not isinstance(node, dict):
-                    problems.append(f"override {key}: {'.'.join(parts[:i])} is not a group of fields")
-                    break
+                if isinstance(node.get(part), str) and part in ("data", "strategy"):
+                    node[part] = {"kind" if part == "data" else "name": node[part]}
                 node = node.setdefault(part, {})
+                if not isinstance(node, dict):
+                    problems.append(f"override {key}: {'.'.join(parts[: i + 1])} is not a group of fields")
+                    break
             else:
-                if isinstance(node, dict):
-                    node[parts[-1]] = value
-                else:
-                    problems.append(f"override {key}: {'.'.join(parts[:-1])} is not a group of fields")
+                node[parts[-1]] = value
         if problems:
             raise JobSpecError(problems)
         try:
-            return type(self).model_validate(data)
+            return cls.model_validate(data)
         except ValidationError as exc:
             raise JobSpecError(_problems(exc)) from None
+
+
+def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str]) -> list[tuple[str, Any]]:
+    if isinstance(overrides, dict):
+        return list(overrides.items())
+    import yaml as pyyaml
+
+    items = []
+    for text in overrides:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"override {text!r}: expected key=value (e.g. training.epochs=2)")
+            continue
+        try:
+            value = pyyaml.safe_load(raw) if raw.strip() else ""
+        except Exception:  # not YAML: keep the text
+            value = raw
+        items.append((key.strip(), value))
+    return items
 
 
 def _problems(exc: ValidationError) -> list[str]:
@@ -424,4 +435,4 @@ def _problems(exc: ValidationError) -> list[str]:
     return lines
 
 
-_UNION_TAGS = {"digits", "npz", "image_folder", "synthetic", "function-after[_check(), ScenarioSpec]"}
+_UNION_TAGS = {"digits", "npz", "image_folder", "synthetic"}  # discriminator tags in error locations

@@ -5,6 +5,7 @@ torch is imported inside the commands, so ``clgate --help`` stays fast.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -25,29 +26,15 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _load_spec(spec_path: Path | None, overrides: list[str], base: dict[str, Any]) -> "JobSpec":
+def _load_spec(spec_path: Path | None, overrides: list[str]) -> "JobSpec":
+    """The spec file with overrides applied, or (no file) a spec from the overrides alone."""
     from schemas.job import JobSpec, JobSpecError
 
     try:
-        if spec_path is not None:
-            spec = JobSpec.load(spec_path)
-            return spec.with_overrides(overrides) if overrides else spec
-        # No spec file: build one from the overrides alone (e.g. data=digits scenario.n_tasks=5).
-        import yaml
-
-        data: dict[str, Any] = dict(base)
-        for text in overrides:
-            key, sep, raw = text.partition("=")
-            if not sep:
-                raise JobSpecError([f"override {text!r}: expected key=value"])
-            node = data
-            parts = key.strip().split(".")
-            if parts[0] == "strategy" and len(parts) == 2 and parts[1] != "name":
-                parts = ["strategy", "params", parts[1]]
-            for part in parts[:-1]:
-                node = node.setdefault(part, {})
-            node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
-        return JobSpec.parse(data, source="command line")
+        if spec_path is None:
+            return JobSpec.from_overrides(overrides)
+        spec = JobSpec.load(spec_path)
+        return spec.with_overrides(overrides) if overrides else spec
     except JobSpecError as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
@@ -158,7 +145,7 @@ def run_command(
 ) -> None:
     """Retrain a candidate class-incrementally with a strategy, evaluating it continually."""
     all_overrides = list(overrides or []) + list(set_ or []) + _common_overrides(seeds, device)
-    job = _load_spec(spec, all_overrides, {})
+    job = _load_spec(spec, all_overrides)
     if job.mode != "retrain":
         fail(f"{spec}: mode is {job.mode!r}; use `clgate evaluate` for checkpoints")
     _execute(job, out, spec.resolve().parent, quiet)
@@ -200,24 +187,18 @@ def evaluate_command(
     if not cks:
         fail("give the checkpoints: --checkpoints CK1 CK2 … (one per task end, or PATH@ITERATION:TASK)")
     overrides += list(set_ or []) + _common_overrides(seeds, device)
+    # Checkpoints given on the command line are relative to the current folder.
     overrides.append("mode=evaluate")
-    overrides.append("checkpoints=" + _yaml_list(cks))
-    job = _load_spec(spec_path, overrides, {"model": {}})
-    # Checkpoints given on the command line are relative to the current directory.
-    from schemas.job import CheckpointSpec
-
-    job = job.model_copy(
-        update={"checkpoints": [c.model_copy(update={"path": str(Path(c.path).resolve())}) for c in job.checkpoints or []]}
-    ) if job.checkpoints else job
-    if job.checkpoints is not None:
-        assert all(isinstance(c, CheckpointSpec) for c in job.checkpoints)
+    overrides.append("checkpoints=" + json.dumps([_absolute_checkpoint(c) for c in cks]))
+    job = _load_spec(spec_path, overrides)
     _execute(job, out, spec_path.resolve().parent if spec_path else Path.cwd(), quiet)
 
 
-def _yaml_list(items: list[str]) -> str:
-    import json
+def _absolute_checkpoint(text: str) -> str:
+    from schemas.job import parse_checkpoint
 
-    return json.dumps(items)
+    parsed = parse_checkpoint(text)
+    return str(Path(parsed["path"]).resolve()) + text[len(parsed["path"]) :]
 
 
 def register(app: typer.Typer) -> None:

@@ -10,9 +10,12 @@ Files are identified by their bytes before anything is loaded (:func:`inspect_mo
 - ``torchscript`` — a ``torch.jit.save`` zip (``constants.pkl``, ``code/``), loaded with ``torch.jit.load``;
 - ``state_dict`` — a ``torch.save`` zip whose pickle only references tensor-rebuilding globals,
   loaded with ``torch.load(weights_only=True)``;
-- ``pickled_model`` / ``pickle`` — a ``torch.save(model)`` zip whose pickle references classes (or any
-  other pickle): **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``,
-  which decodes opcodes without executing them.
+- ``pickled_model`` — a ``torch.save(model)`` zip whose pickle references classes or functions:
+  **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``, which decodes
+  opcodes without executing them;
+- ``pickle`` — a legacy (non-zip) ``torch.save`` file or a bare pickle: only ever read with
+  ``torch.load(weights_only=True)`` (torch's restricted unpickler, which builds tensors and containers
+  and refuses every other global), so a legacy state dict loads and anything else is refused.
 """
 
 from __future__ import annotations
@@ -247,17 +250,22 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
             return load_file(str(path))
         except Exception as exc:
             raise ModelError(f"{path}: not a readable safetensors file ({exc})") from None
-    if kind == "state_dict":
+    if kind in ("state_dict", "pickle"):
+        # "pickle": a legacy (non-zip) torch.save file or a bare pickle. Its globals are not scanned;
+        # torch's restricted weights_only unpickler accepts tensors and containers and refuses the rest.
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # weights_only refuses anything but tensors and containers
-            raise ModelError(f"{path}: refused: not a plain state dict ({type(exc).__name__}). {EXPORT_HINT}") from None
+            raise ModelError(
+                f"{path}: refused: this is a pickled whole model or another object, not a plain state dict "
+                f"({type(exc).__name__}). {EXPORT_HINT}"
+            ) from None
         if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
             obj = obj["state_dict"]
         if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
             raise ModelError(f"{path}: expected a state dict (names → tensors), found {type(obj).__name__}")
         return obj
-    if kind in ("pickled_model", "pickle"):
+    if kind == "pickled_model":
         raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
     if kind == "torchscript":
         raise ModelError(f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights")

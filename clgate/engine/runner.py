@@ -422,8 +422,8 @@ class _SeedRun:
             )
             if k < len(self.tasks) - 1:
                 self._save(partial=True)
-            if self._stop_requested():
-                raise _Stop
+                if self._stop_requested():
+                    raise _Stop
         if tr.save_final:
             self._save_model(model)
 

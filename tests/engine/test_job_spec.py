@@ -23,7 +23,9 @@ def test_shipped_examples_load():
 
 
 def test_yaml_and_json_round_trip(tmp_path):
-    spec = JobSpec.load(EXAMPLES / "digits-er.yaml")
+    # a null that is not the default must survive dump/load and overrides
+    spec = JobSpec.load(EXAMPLES / "digits-er.yaml").with_overrides(["evaluation.eval_every=null"])
+    assert spec.with_overrides(["training.epochs=1"]).evaluation.eval_every is None
     for name in ("job.json", "job.yaml"):
         spec.dump(tmp_path / name)
         assert JobSpec.load(tmp_path / name) == spec

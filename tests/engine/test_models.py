@@ -93,10 +93,13 @@ def test_weights_from_safetensors_and_state_dict(tmp_path):
     src = build_model("mlp", (8,), 6, hidden=16)
     save_file(src.state_dict(), str(tmp_path / "w.safetensors"))
     torch.save(src.state_dict(), tmp_path / "w.pt")
+    torch.save({"epoch": 3, "state_dict": src.state_dict()}, tmp_path / "ck.pt")
+    torch.save(src.state_dict(), tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     assert inspect_model_file(tmp_path / "w.safetensors") == "safetensors"
     assert inspect_model_file(tmp_path / "w.pt") == "state_dict"
+    assert inspect_model_file(tmp_path / "legacy.pt") == "pickle"  # read only by the weights_only unpickler
     x = torch.randn(3, 8)
-    for name in ("w.safetensors", "w.pt"):
+    for name in ("w.safetensors", "w.pt", "ck.pt", "legacy.pt"):
         torch.manual_seed(99)  # a different init: the weights must come from the file
         model, info = load_model(
             arch="mlp", weights=tmp_path / name, torchscript=None, input_shape=(8,), n_classes=6, hidden=16
