@@ -270,3 +270,32 @@ def api(app_factory, test_client_class):
 @pytest.fixture
 def admin_key() -> str:
     return ADMIN_KEY
+
+
+@pytest.fixture
+def postgres_url(require_binary) -> Iterator[str]:
+    """A real PostgreSQL server (initdb + pg_ctl) on a free loopback port, in a throw-away folder."""
+    import shutil
+    import tempfile
+
+    initdb = require_binary("initdb", "postgresql")
+    pg_ctl = require_binary("pg_ctl", "postgresql")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="clgate-pg-"))
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the postgres user
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    port = free_port()
+    data = root / "data"
+    log = root / "server.log"
+    subprocess.run([*as_user, initdb, "-D", str(data), "-U", "clgate", "--auth=trust", "-E", "UTF8"],
+                   check=True, capture_output=True, timeout=120)
+    subprocess.run([*as_user, pg_ctl, "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
+                   check=True, capture_output=True, timeout=120)
+    try:
+        yield f"postgresql+psycopg://clgate@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], capture_output=True,
+                       timeout=60, check=False)
+        shutil.rmtree(root, ignore_errors=True)
