@@ -170,7 +170,7 @@ def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         filenames = {a.sha256: a.filename for a in s.scalars(select(Artifact))} if spec else {}
 
     policy = core.parse_policy(policy_doc)
-    stopped = False
+    stopped: str | None = None
     if mode in ("retrain", "evaluate"):
         log_paths, stopped = _run_engine(ctx, job_id, spec, filenames, work)
     elif mode == "metrics":
@@ -183,6 +183,9 @@ def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         raise core.InputProblem(["the job produced no evaluation log"])
     logs = [core.load_log(p) for p in log_paths]
     stored = _store_logs(ctx, job_id, mode, log_paths, source_files)
+    if stopped == "timeout":
+        _attach(ctx, job_id, stored)
+        return JobState.failed, "time limit exceeded (CLGATE_JOB_SOFT_TIME_LIMIT_S; partial log kept)"
     if stopped:
         _attach(ctx, job_id, stored)
         return JobState.cancelled, "cancelled while running (partial log kept)"
@@ -290,7 +293,12 @@ def _run_engine(ctx: Context, job_id: str, spec: dict, filenames: dict[str, str 
         if throttle_p.due() or getattr(p, "iteration", None) == getattr(p, "total_iterations", -1):
             save_progress(core.progress_dict(p))
 
+    deadline = time.monotonic() + ctx.settings.job_soft_time_limit_s
+
     def should_stop() -> bool:
+        if time.monotonic() > deadline:
+            stop_state["timeout"] = True
+            return True
         if not stop_state["stop"] and throttle_s.due():
             with ctx.sessions() as s:
                 stop_state["stop"] = bool(s.scalar(select(Job.cancel_requested).where(Job.id == job_id)))
@@ -298,7 +306,8 @@ def _run_engine(ctx: Context, job_id: str, spec: dict, filenames: dict[str, str 
 
     out = work / "logs"
     out.mkdir()
-    return core.run_engine(job_spec, out, progress=progress, should_stop=should_stop, base_dir=inputs)
+    paths, stopped = core.run_engine(job_spec, out, progress=progress, should_stop=should_stop, base_dir=inputs)
+    return paths, ("timeout" if stop_state.get("timeout") else "cancel") if stopped else None
 
 
 def _progress_saver(ctx: Context, job_id: str):

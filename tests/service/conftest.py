@@ -111,7 +111,7 @@ def redis_url(require_binary, tmp_path) -> Iterator[str]:
 
 
 class Service:
-    """The API (uvicorn subprocess) and, in Celery mode, a worker subprocess; a client per role."""
+    """``clgate serve`` and, in Celery mode, ``clgate worker`` as subprocesses; an HTTP client per role."""
 
     def __init__(self, tmp_path: Path, broker_url: str | None) -> None:
         self.tmp = tmp_path
@@ -120,8 +120,8 @@ class Service:
         self.env = base_env(self.data_dir, **extra)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.api = Proc([sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
-                         "--port", str(self.port), "--log-level", "warning"], self.env, tmp_path / "api.log")
+        self.api = Proc([sys.executable, "-m", "clgate", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+                         "--log-level", "warning"], self.env, tmp_path / "api.log")
         self.worker: Proc | None = None
         self.clients: dict[str, httpx.Client] = {}
         try:

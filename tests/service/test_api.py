@@ -286,3 +286,27 @@ def test_audit_records_actions_and_is_append_only(api, with_policy):
         s.rollback()
     with api.app.state.engine.connect() as conn, pytest.raises(Exception, match="append-only"):
         conn.execute(text("DELETE FROM audit_events"))
+
+
+def test_job_list_pagination_and_filters(api):
+    import datetime as dt
+
+    from service.store.db import session_scope
+    from service.store.models import Job, Policy
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with session_scope(api.app.state.sessions) as s:
+        p = Policy(name="p", version="1", document={}, sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        for i in range(5):
+            s.add(Job(mode="metrics" if i % 2 else "retrain", queue="cpu" if i % 2 else "gpu",
+                      model_name=f"m{i % 2}", policy_id=p.id, progress={}, state="succeeded" if i < 3 else "queued",
+                      created_at=t0 + dt.timedelta(minutes=i)))
+    view = api.as_role("viewer")
+    page = api.get("/v1/jobs", params={"skip": 1, "limit": 2}, headers=view).json()
+    assert page["count"] == 5 and len(page["data"]) == 2
+    assert [j["created_at"][:16] for j in page["data"]] == ["2026-01-01T00:03", "2026-01-01T00:02"]  # newest first
+    assert api.get("/v1/jobs", params={"model_name": "m1"}, headers=view).json()["count"] == 2
+    assert api.get("/v1/jobs", params={"state": "queued"}, headers=view).json()["count"] == 2
+    assert api.get("/v1/jobs", params={"mode": "metrics", "state": "succeeded"}, headers=view).json()["count"] == 1

@@ -154,6 +154,7 @@ def test_celery_end_to_end(celery_service, redis_url, digits_npz, make_spec, pol
     assert events["count"] == 1
     m = samples(view.get("/metrics").text)
     assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 3.0  # retrain, metrics-only, sentinel
+    assert m[("clgate_queue_length", (("queue", "gpu"),))] == 0.0  # read from the Redis list
     sender.close()
     assert "clgate.run_job" in svc.worker.tail()
 

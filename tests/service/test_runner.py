@@ -4,6 +4,7 @@ redelivery, failure with a reason on bad input, one decision per job, migrations
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import func, select, text
@@ -164,3 +165,38 @@ def test_settings_are_validated_at_start_up(tmp_path):
     assert r.returncode == 2 and "CLGATE_BROKER_URL" in r.stderr and "redis://" in r.stderr
     with pytest.raises(ValueError, match="CLGATE_JOB_SOFT_TIME_LIMIT_S"):
         Settings(job_soft_time_limit_s=100, job_time_limit_s=50)
+
+
+def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
+    from service.store.models import JobFile
+
+    settings = Settings(data_dir=tmp_path / "data", job_soft_time_limit_s=2, job_time_limit_s=3)
+    settings.data_dir.mkdir()
+    upgrade(settings.resolved_database_url())
+    ctx = runner.context(settings)
+    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
+            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 50}, "device": "cpu"}
+    with session_scope(ctx.sessions) as s:
+        p = Policy(name="p", version="1", document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+                   sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
+        s.add(job)
+        s.flush()
+        job_id = job.id
+    t0 = time.monotonic()
+    assert runner.execute_job(job_id, settings) == "failed"
+    assert time.monotonic() - t0 < 60
+    with ctx.sessions() as s:
+        job = s.get(Job, job_id)
+        assert "time limit exceeded" in job.error
+        assert job.progress.get("iteration", 0) > 0
+        names = list(s.scalars(select(JobFile.name).where(JobFile.job_id == job_id)))
+    assert names == ["logs/log-seed0.json"]
+    from schemas.evaluation_log import EvaluationLog
+
+    with ctx.sessions() as s:
+        sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id))
+    assert EvaluationLog.load(ctx.store.path(sha)).partial
+    assert _decisions(ctx, job_id) == 0
