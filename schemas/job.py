@@ -60,7 +60,7 @@ class DigitsData(_Strict):
 class NpzData(_Strict):
     """An ``.npz`` file with ``x_train, y_train, x_test, y_test`` and optional ``class_names``.
 
-    Labels are integers ``0 … C-1``. Integer images (uint8) are scaled to [0, 1]; floats are used as
+    Labels are integers ``0 … C-1``. uint8/uint16 images are scaled to [0, 1]; other numbers are used as
     given. For ``cnn``/``resnet18-slim`` the images must be ``(N, C, H, W)`` or ``(N, H, W)``.
     """
 

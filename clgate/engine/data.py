@@ -92,7 +92,7 @@ def validate_arrays(
 ) -> Dataset:
     """Check and normalise four arrays into a :class:`Dataset`; raise :class:`DataError` on the first problem.
 
-    Integer inputs are scaled to [0, 1] by their dtype's maximum (uint8 → /255); floats are kept.
+    uint8/uint16 inputs are scaled to [0, 1] (÷ 255 / ÷ 65535); other numeric inputs become float32 as they are.
     """
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     for name, a in arrays.items():
@@ -170,7 +170,8 @@ def validate_arrays(
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:
-    if np.issubdtype(a.dtype, np.integer):
+    """float32 inputs; 8- and 16-bit unsigned images are scaled to [0, 1], other numbers kept as they are."""
+    if a.dtype in (np.uint8, np.uint16):
         return (a.astype(np.float32) / float(np.iinfo(a.dtype).max)).astype(np.float32)
     return np.ascontiguousarray(a, dtype=np.float32)
 
