@@ -28,10 +28,10 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from clgate.engine import run_job  # noqa: E402
-from clgate.engine.evaluator import ContinualEvaluator  # noqa: E402
-from clgate.engine.models import build_model  # noqa: E402
-from schemas.job import JobSpec  # noqa: E402
+from clgate.engine import run_job
+from clgate.engine.evaluator import ContinualEvaluator
+from clgate.engine.models import build_model
+from schemas.job import JobSpec
 
 ROUNDS = 5
 

@@ -27,7 +27,7 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -90,7 +90,7 @@ class SyntheticData(_Strict):
 
 
 DataSpec = Annotated[
-    Union[DigitsData, NpzData, ImageFolderData, SyntheticData], Field(discriminator="kind")
+    DigitsData | NpzData | ImageFolderData | SyntheticData, Field(discriminator="kind")
 ]
 
 
@@ -111,7 +111,7 @@ class ScenarioSpec(_Strict):
     first_task_learned: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> "ScenarioSpec":
+    def _check(self) -> ScenarioSpec:
         if self.tasks is None and self.n_tasks is None:
             raise ValueError("give n_tasks (equal tasks) or tasks (explicit class groups)")
         if self.tasks is not None:
@@ -149,7 +149,7 @@ class ModelSpec(_Strict):
     predict_over: Literal["seen", "all"] = "seen"
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self) -> ModelSpec:
         if self.torchscript is not None and (self.arch is not None or self.weights is not None):
             raise ValueError("give either torchscript, or arch (with optional weights), not both")
         if self.weights is not None and self.arch is None:
@@ -310,7 +310,7 @@ class JobSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _mode(self) -> "JobSpec":
+    def _mode(self) -> JobSpec:
         if self.mode == "evaluate":
             if not self.checkpoints:
                 raise ValueError("checkpoints: evaluate mode needs at least one checkpoint")
@@ -322,7 +322,7 @@ class JobSpec(_Strict):
 
     # ------------------------------------------------------------------ I/O
     @classmethod
-    def load(cls, path: str | Path) -> "JobSpec":
+    def load(cls, path: str | Path) -> JobSpec:
         """Read a YAML (``.yaml``/``.yml``) or JSON job file; raises :class:`JobSpecError`."""
         path = Path(path)
         try:
@@ -332,7 +332,7 @@ class JobSpec(_Strict):
         return cls.parse(text, source=str(path), yaml=path.suffix.lower() in (".yaml", ".yml"))
 
     @classmethod
-    def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> "JobSpec":
+    def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> JobSpec:
         """Validate a job given as YAML/JSON text (JSON is YAML) or a dict."""
         if isinstance(text, dict):
             data: Any = text
@@ -364,7 +364,7 @@ class JobSpec(_Strict):
         else:
             path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
-    def with_overrides(self, overrides: dict[str, Any] | list[str]) -> "JobSpec":
+    def with_overrides(self, overrides: dict[str, Any] | list[str]) -> JobSpec:
         """A copy with dotted fields replaced: ``["strategy.name=er", "training.epochs=2"]`` or a dict.
 
         Values given as text are read as YAML scalars/lists (``2`` → int, ``[0,1]`` → list,
@@ -374,7 +374,7 @@ class JobSpec(_Strict):
         return type(self).from_overrides(overrides, base=self.model_dump(mode="python"))
 
     @classmethod
-    def from_overrides(cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None) -> "JobSpec":
+    def from_overrides(cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None) -> JobSpec:
         """A spec built from ``base`` (a dict, default empty) with dotted ``key=value`` fields set.
 
         >>> JobSpec.from_overrides(["data=digits", "scenario.n_tasks=5", "seeds=[1,2]"]).seeds

@@ -26,7 +26,7 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _load_spec(spec_path: Path | None, overrides: list[str]) -> "JobSpec":
+def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     """The spec file with overrides applied, or (no file) a spec from the overrides alone."""
     from schemas.job import JobSpec, JobSpecError
 
@@ -62,9 +62,15 @@ class _Display:
         self.last_key: tuple[int, int] | None = None
         self.last_printed: tuple[int, int] | None = None
 
-    def __enter__(self) -> "_Display":
+    def __enter__(self) -> _Display:
         if self.enabled and self.tty:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(
                 TextColumn("[bold]{task.description}"),
@@ -78,11 +84,11 @@ class _Display:
             self.bar.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.__exit__(*exc)
 
-    def __call__(self, p: "Progress") -> None:
+    def __call__(self, p: Progress) -> None:
         if not self.enabled:
             return
         last = "last eval —" if p.last_eval is None else f"last eval {p.last_eval:.3f}"
@@ -108,7 +114,7 @@ class _Display:
             self.last_key = key
 
 
-def _execute(spec: "JobSpec", out: Path, base_dir: Path | None, quiet: bool) -> None:
+def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
     from clgate.engine import EngineInputError, run_job
     from schemas.evaluation_log import EvaluationLog
 
@@ -122,6 +128,8 @@ def _execute(spec: "JobSpec", out: Path, base_dir: Path | None, quiet: bool) -> 
         raise typer.Exit(130) from None
     except EngineInputError as exc:
         fail(str(exc))
+    except OSError as exc:  # an unreadable input or an unwritable --out folder
+        fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
     except Exception as exc:  # a bug, not the input: exit 3 with the message
         fail(f"internal error: {type(exc).__name__}: {exc}", code=3)
     for path in paths:

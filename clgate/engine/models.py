@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 import torch.nn.functional as F
+from torch import nn
 
 from clgate.engine.errors import ModelError
 

@@ -39,9 +39,8 @@ def measure_costs(model: nn.Module, example: torch.Tensor) -> SampleCost:
     saved_grads = [p.grad for p in model.parameters()]
     model.eval()
     try:
-        with FlopCounterMode(display=False) as fwd:
-            with torch.no_grad():
-                model(example)
+        with FlopCounterMode(display=False) as fwd, torch.no_grad():
+            model(example)
         with FlopCounterMode(display=False) as both:
             out = model(example)
             out.float().sum().backward()

@@ -134,7 +134,7 @@ def run_job(
 
 def _run_seeds(
     spec: JobSpec,
-    shared: "_SharedData",
+    shared: _SharedData,
     out_dir: Path,
     base_dir: Path | None,
     progress: Callable[[Progress], None] | None,
@@ -448,19 +448,19 @@ class _SeedRun:
 
     # ---------------------------------------------------------------- evaluate mode
     def _run_evaluate(self) -> None:
-        spec, shared = self.spec, self.shared
+        spec = self.spec
         plan = plan_checkpoints(spec, len(self.tasks))
         self._make_evaluator()
         self.total_iterations = plan[-1][1]
         self.meta = self._base_meta() | {"strategy": "evaluate", "checkpoints": []}
         seen = torch.zeros(self.n_classes, dtype=torch.bool, device=self.device)
+        mask_all = spec.model.predict_over == "all"
         for path_text, iteration, task, task_end in plan:
             path = _resolve(path_text, self.base_dir)
             model = self._load_checkpoint(path)
             model.to(self.device)
             for classes in self.tasks[:task]:
                 seen[torch.tensor(classes, device=self.device)] = True
-            mask_all = spec.model.predict_over == "all"
 
             def predict(x: torch.Tensor, model: torch.nn.Module = model) -> torch.Tensor:
                 out = model(x)

@@ -4,6 +4,7 @@ without ever being unpickled."""
 from __future__ import annotations
 
 import pickle
+
 import pytest
 import torch
 
@@ -67,11 +68,11 @@ def test_pickled_payload_is_refused_and_never_unpickled(tmp_path, which, synthet
             load(payload)
         assert "TorchScript" in str(info.value) and "safetensors" in str(info.value)
     with pytest.raises(ModelError, match="refused"):
-        run_job(synthetic_spec(**{"model": {"arch": "mlp", "weights": str(payload)}}), tmp_path / "a")
+        run_job(synthetic_spec(model={"arch": "mlp", "weights": str(payload)}), tmp_path / "a")
     with pytest.raises(ModelError, match="refused"):
-        run_job(synthetic_spec(**{"model": {"torchscript": str(payload)}}), tmp_path / "b")
+        run_job(synthetic_spec(model={"torchscript": str(payload)}), tmp_path / "b")
     with pytest.raises(ModelError, match="refused"):
-        run_job(synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(payload)] * 3}), tmp_path / "c")
+        run_job(synthetic_spec(mode="evaluate", checkpoints=[str(payload)] * 3), tmp_path / "c")
     assert not target.exists()
 
 

@@ -144,7 +144,7 @@ def test_first_task_learned_is_evaluated_not_trained(tmp_path, synthetic_spec):
 
 
 def test_explicit_groups_and_shuffled_order(tmp_path, synthetic_spec):
-    spec = synthetic_spec(**{"scenario": {"tasks": [[5], [0, 1, 2], [3, 4]]}})
+    spec = synthetic_spec(scenario={"tasks": [[5], [0, 1, 2], [3, 4]]})
     (path,) = run_job(spec, tmp_path / "a")
     assert EvaluationLog.load(path).tasks == [[5], [0, 1, 2], [3, 4]]
     spec = synthetic_spec(**{"scenario.shuffle_seed": 3})
@@ -154,7 +154,7 @@ def test_explicit_groups_and_shuffled_order(tmp_path, synthetic_spec):
     with pytest.raises(EngineInputError, match="do not split into 4 equal tasks"):
         run_job(synthetic_spec(**{"scenario.n_tasks": 4}), tmp_path / "c")
     with pytest.raises(EngineInputError, match=r"class id\(s\) \[9\] out of range"):
-        run_job(synthetic_spec(**{"scenario": {"tasks": [[0, 1, 2], [3, 4, 9]]}}), tmp_path / "d")
+        run_job(synthetic_spec(scenario={"tasks": [[0, 1, 2], [3, 4, 9]]}), tmp_path / "d")
 
 
 def test_resources_per_task(tmp_path, digits_spec):
@@ -183,7 +183,7 @@ def test_should_stop_leaves_a_valid_partial_log(tmp_path, synthetic_spec):
         polls["n"] += 1
         return polls["n"] >= 12  # polled after every update and at task ends: stops after update 11
 
-    spec = synthetic_spec(**{"seeds": [0, 1]})
+    spec = synthetic_spec(seeds=[0, 1])
     with pytest.raises(JobCancelled) as info:
         run_job(spec, tmp_path, should_stop=stop)
     assert info.value.paths == [tmp_path / "log-seed0.json"]
@@ -232,7 +232,7 @@ def test_evaluate_mode_counts_match_a_naive_loop(tmp_path, synthetic_spec):
     from clgate.engine.data import load_data
 
     paths, models = _save_checkpoints(tmp_path, 3)
-    spec = synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(p) for p in paths]})
+    spec = synthetic_spec(mode="evaluate", checkpoints=[str(p) for p in paths])
     (path,) = run_job(spec, tmp_path / "out")
     log = EvaluationLog.load(path)
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [(1, 1, True), (2, 2, True), (3, 3, True)]
@@ -256,12 +256,12 @@ def test_evaluate_mode_counts_match_a_naive_loop(tmp_path, synthetic_spec):
 def test_evaluate_mode_with_iterations(tmp_path, synthetic_spec):
     paths, _ = _save_checkpoints(tmp_path, 4)
     cks = [f"{paths[0]}@5:1", f"{paths[1]}@10:1", f"{paths[2]}@20:2", f"{paths[3]}@30:3"]
-    (path,) = run_job(synthetic_spec(**{"mode": "evaluate", "checkpoints": cks}), tmp_path / "out")
+    (path,) = run_job(synthetic_spec(mode="evaluate", checkpoints=cks), tmp_path / "out")
     log = EvaluationLog.load(path)
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [
         (5, 1, False), (10, 1, True), (20, 2, True), (30, 3, True)
     ]
-    bad = synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(p) for p in paths]})
+    bad = synthetic_spec(mode="evaluate", checkpoints=[str(p) for p in paths])
     with pytest.raises(EngineInputError, match="4 given for 3 tasks"):
         run_job(bad, tmp_path / "bad")
 

@@ -89,7 +89,7 @@ def test_gdumb_memory_is_balanced_and_model_reset():
         y = torch.tensor(labels)
         g.before_task(k, torch.randn(len(y), 3), y)
         assert all(torch.equal(initial[n], t) for n, t in ctx.model.state_dict().items())
-        x_t, y_t = g.task_data(k, torch.randn(len(y), 3), y)
+        _, y_t = g.task_data(k, torch.randn(len(y), 3), y)
         assert len(y_t) == 12
     assert sorted(Counter(y_t.tolist()).values()) == [3, 3, 3, 3]
 
