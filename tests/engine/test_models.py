@@ -20,7 +20,10 @@ from clgate.engine.models import (
 from schemas.evaluation_log import EvaluationLog
 
 # torch.jit is deprecated upstream; TorchScript candidates are still a supported input.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning"),  # the payload tests
+]
 
 
 class FileWriter:
