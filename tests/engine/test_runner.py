@@ -15,6 +15,8 @@ from clgate.engine.errors import EngineInputError
 from clgate.engine.models import build_model
 from schemas.evaluation_log import EvaluationLog
 
+pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
+
 
 def _metrics(log: EvaluationLog) -> dict:
     from clgate.metrics import compute_metrics
@@ -277,3 +279,46 @@ def test_run_job_resolves_relative_paths_against_base_dir(tmp_path, synthetic_sp
     log = EvaluationLog.load(path)
     assert log.meta["data"]["source"] == str(tmp_path / "data" / "d.npz")
     assert math.isclose(sum(log.points[-1].total), 16)
+
+
+def test_evaluate_mode_accepts_torchscript_checkpoints(tmp_path, synthetic_spec):
+    paths, models = _save_checkpoints(tmp_path, 3)
+    ts = tmp_path / "ck2.ts"
+    torch.jit.save(torch.jit.script(models[2]), str(ts))
+    spec = synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(paths[0]), str(paths[1]), str(ts)]})
+    (a,) = run_job(spec, tmp_path / "a")
+    spec = synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(p) for p in paths]})
+    (b,) = run_job(spec, tmp_path / "b")
+    # the scripted checkpoint is the same network as the safetensors one: the same counts
+    assert EvaluationLog.load(a).points == EvaluationLog.load(b).points
+
+
+@pytest.mark.parametrize("arch", ["cnn", "resnet18-slim"])
+def test_image_folder_with_conv_nets(tmp_path, arch):
+    from PIL import Image
+
+    from schemas.job import JobSpec
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("test", 3)):
+        for c, name in enumerate(("dark", "mid", "light", "noisy")):
+            folder = tmp_path / "imgs" / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                level = 60 * c + rng.integers(0, 20)
+                Image.fromarray(np.full((10, 10), level, dtype=np.uint8)).save(folder / f"{i}.png")
+    spec = JobSpec.parse(
+        {
+            "data": {"kind": "image_folder", "path": "imgs", "size": [8, 8], "color": "L"},
+            "scenario": {"n_tasks": 2},
+            "model": {"arch": arch},
+            "training": {"iterations": 3, "batch_size": 4},
+            "evaluation": {"eval_every": 2},
+            "device": "cpu",
+        }
+    )
+    (path,) = run_job(spec, tmp_path / "out", base_dir=tmp_path)
+    log = EvaluationLog.load(path)
+    assert log.class_names == ["dark", "light", "mid", "noisy"]
+    assert [(p.iteration, p.task_end) for p in log.points] == [(2, False), (3, True), (4, False), (6, True)]
+    assert sum(log.points[-1].total) == 12 and log.resources[0].train_bytes == 12 * (64 * 4 + 8)
