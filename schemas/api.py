@@ -143,6 +143,7 @@ class JobPublic(BaseModel):
     attempts: int
     error: str | None
     submitted_by: str | None
+    worker: str | None = Field(None, description="host:pid of the process that ran (or runs) the job.")
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None

@@ -54,7 +54,6 @@ class Settings(BaseSettings):
     worker_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
     worker_stale_s: Annotated[float, Field(gt=0)] = 60.0
     worst_classes: Annotated[int, Field(ge=1, le=20)] = 3
-    cors_origins: list[str] = Field(default_factory=list)
 
     @field_validator("broker_url")
     @classmethod

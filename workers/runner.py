@@ -23,7 +23,7 @@ from typing import Any
 
 import redis.exceptions
 import sqlalchemy.exc
-from sqlalchemy import select
+from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.settings import Settings, load_settings
@@ -116,25 +116,24 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
     """Run one job to a terminal state; returns that state. Raises only :data:`TRANSIENT` faults."""
     ctx = context(settings)
     actor = actor or f"worker:{worker_name()}"
+    # claim the job in one statement: concurrent deliveries get distinct attempt numbers
     with session_scope(ctx.sessions) as s:
-        job = s.get(Job, job_id)
-        if job is None:
-            log.error("job %s does not exist; nothing to do", job_id)
-            return "missing"
-        if JobState(job.state).terminal:
-            return job.state  # redelivered after it finished
-        if s.scalar(select(Decision.id).where(Decision.job_id == job_id)) is not None:
-            _finish(s, job, JobState.succeeded, error=None, actor=actor)
-            return JobState.succeeded.value
-        if job.cancel_requested:
-            _finish(s, job, JobState.cancelled, error="cancelled before it started", actor=actor)
-            return JobState.cancelled.value
-        job.state = JobState.running.value
-        job.started_at = job.started_at or utcnow()
-        job.attempts += 1
-        job.worker = actor
-        attempt = job.attempts
-        audit(s, actor, "job.started", "job", job.id, attempt=attempt)
+        attempt = s.execute(
+            update(Job)
+            .where(
+                Job.id == job_id,
+                Job.state.in_((JobState.queued.value, JobState.running.value)),
+                Job.cancel_requested.is_(False),
+                ~exists().where(Decision.job_id == job_id),
+            )
+            .values(state=JobState.running.value, attempts=Job.attempts + 1, worker=worker_name(),
+                    started_at=func.coalesce(Job.started_at, utcnow()))
+            .returning(Job.attempts)
+        ).scalar_one_or_none()
+        if attempt is not None:
+            audit(s, actor, "job.started", "job", job_id, attempt=attempt, worker=worker_name())
+    if attempt is None:
+        return _not_claimed(ctx, job_id, actor)
     work = ctx.settings.jobs_dir / job_id / f"attempt-{attempt}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -157,6 +156,24 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
             if not JobState(job.state).terminal:
                 _finish(s, job, state, error=error, actor=actor)
     return state.value
+
+
+def _not_claimed(ctx: Context, job_id: str, actor: str) -> str:
+    """Why a delivery did not run the job: finished already, decided already, cancelled, or missing."""
+    with session_scope(ctx.sessions) as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            log.error("job %s does not exist; nothing to do", job_id)
+            return "missing"
+        if JobState(job.state).terminal:
+            return job.state  # a redelivery after it finished
+        if s.scalar(select(Decision.id).where(Decision.job_id == job_id)) is not None:
+            _finish(s, job, JobState.succeeded, error=None, actor=actor)
+            return JobState.succeeded.value
+        if job.cancel_requested:
+            _finish(s, job, JobState.cancelled, error="cancelled before it started", actor=actor)
+            return JobState.cancelled.value
+        return job.state
 
 
 def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, str | None]:

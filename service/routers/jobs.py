@@ -69,6 +69,7 @@ def _public(row) -> JobPublic:
         progress=JobProgress(**(job.progress or {})), policy=PolicyRef(name=policy_name, version=policy_version),
         policy_id=job.policy_id, baseline_job_id=job.baseline_job_id, source_job_id=job.source_job_id,
         cancel_requested=job.cancel_requested, attempts=job.attempts, error=job.error, submitted_by=job.submitted_by,
+        worker=job.worker,
         created_at=as_utc(job.created_at), started_at=as_utc(job.started_at), finished_at=as_utc(job.finished_at),
         duration_s=job.duration_s, verdict=verdict, waived=bool(waived),
     )

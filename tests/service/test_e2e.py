@@ -179,3 +179,87 @@ def test_embedded_cancel_keeps_partial_log(embedded_service, digits_npz, make_sp
     log = EvaluationLog.parse(view.get(f"/v1/jobs/{job['id']}/results/log").content)
     assert log.partial
     assert sub.post(f"/v1/jobs/{job['id']}/cancel").status_code == 409
+
+
+def test_celery_worker_lost_mid_job_is_redelivered_and_decided_once(celery_service, digits_npz, make_spec, policies):
+    """acks_late + reject_on_worker_lost: kill the worker process running a job; the job is delivered
+    again, runs to the end, and has exactly one decision."""
+    import os
+    import signal
+
+    svc = celery_service
+    sub, view = svc.clients["submitter"], svc.clients["viewer"]
+    ref = sub.post("/v1/artifacts", params={"kind": "data", "filename": "d.npz"}, content=digits_npz).json()["ref"]
+    svc.clients["approver"].post("/v1/policies", json=policies["loose"])
+    job = sub.post("/v1/jobs", json={"mode": "retrain", "model_name": MODEL, "spec": make_spec(ref, iterations=400),
+                                     "policy": {"name": "e2e-loose", "version": "1"}}).json()
+    deadline = time.monotonic() + 90
+    while not ((state := view.get(f"/v1/jobs/{job['id']}").json())["state"] == "running"
+               and (state["progress"].get("iteration") or 0) > 0):
+        assert time.monotonic() < deadline and state["state"] in ("queued", "running"), state
+        time.sleep(0.1)
+    pid = int(state["worker"].rsplit(":", 1)[1])
+    assert pid != svc.worker.popen.pid  # the prefork child, not the worker's main process
+    os.kill(pid, signal.SIGKILL)
+    done = svc.wait_job(job["id"], timeout=150)
+    assert done["state"] == "succeeded" and done["attempts"] == 2, done
+    assert done["worker"] != state["worker"]
+    events = view.get("/v1/audit", params={"subject_id": job["id"]}).json()["data"]
+    actions = [e["action"] for e in events]
+    assert actions.count("job.started") == 2 and actions.count("decision.recorded") == 1, actions
+
+
+def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
+    """No settings at all but a data folder: `clgate serve` migrates, prints a first admin key (kept
+    in a mode-600 file), and runs jobs embedded."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    port = _free_port()
+    data = tmp_path / "data"
+    out = open(tmp_path / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "clgate", "serve", "--port", str(port), "--data-dir", str(data)],
+                            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        key_file = data / "admin.key"
+        key = key_file.read_text().strip()
+        assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+        assert key in (tmp_path / "serve.log").read_text()
+        with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=30) as c:
+            assert c.get("/v1/whoami").json()["role"] == "admin"
+            c.post("/v1/policies", json={"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]}).raise_for_status()
+            ref = c.post("/v1/artifacts", content=example_log).json()["ref"]
+            job = c.post("/v1/jobs", json={"mode": "metrics", "model_name": "m", "logs": [ref],
+                                           "policy": {"name": "p", "version": "1"}}).json()
+            while (state := c.get(f"/v1/jobs/{job['id']}").json())["state"] not in ("succeeded", "failed"):
+                assert time.monotonic() < deadline + 60, state
+                time.sleep(0.2)
+            assert state["state"] == "succeeded" and state["verdict"] in ("PASS", "WARN", "FAIL")
+            assert (data / "clgate.db").is_file()
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        out.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

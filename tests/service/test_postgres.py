@@ -17,7 +17,7 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
 
     from service.store.models import Base
 
-    app, settings = app_factory(database_url=postgres_url)
+    app, _ = app_factory(database_url=postgres_url)
     h = {"X-API-Key": admin_key}
     with test_client_class(app) as c:
         engine = app.state.engine

@@ -200,3 +200,30 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
         sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id))
     assert EvaluationLog.load(ctx.store.path(sha)).partial
     assert _decisions(ctx, job_id) == 0
+
+
+def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example_log):
+    """A job queued (or running) when the API stopped is run when the embedded executor starts again."""
+    from workers.embedded import EmbeddedExecutor
+
+    settings = Settings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    upgrade(settings.resolved_database_url())
+    ctx = runner.context(settings)
+    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+                  state="running", attempts=1)
+    executor = EmbeddedExecutor(settings)
+    executor.start()
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            with ctx.sessions() as s:
+                job = s.get(Job, job_id)
+                if job.state in ("succeeded", "failed"):
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert job.state == "succeeded" and job.attempts == 2
+        assert _decisions(ctx, job_id) == 1
+    finally:
+        executor.shutdown()
