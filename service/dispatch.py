@@ -67,12 +67,14 @@ class CeleryDispatcher:
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 
     def start(self) -> None:
-        from workers.tasks import run_job
+        from workers.app import producer
 
-        self.task = run_job
+        self.celery = producer(self.settings)  # this API's own app, configured from its settings
 
     def submit(self, job_id: str, queue: str) -> None:
-        self.task.apply_async(args=[job_id], queue=queue, task_id=job_id, retry=True,
+        from workers.app import TASK_NAME
+
+        self.celery.send_task(TASK_NAME, args=[job_id], queue=queue, task_id=job_id, retry=True,
                               retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5})
 
     def ready(self) -> tuple[bool, str]:
@@ -90,6 +92,8 @@ class CeleryDispatcher:
 
     def close(self) -> None:
         self.redis.close()
+        if getattr(self, "celery", None) is not None:
+            self.celery.close()
 
 
 def make_dispatcher(settings: Settings, sessions) -> Dispatcher:

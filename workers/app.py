@@ -40,6 +40,13 @@ def celery_config(settings) -> dict:
     }
 
 
+def producer(settings) -> Celery:
+    """A Celery app that only sends jobs, configured from ``settings`` (the API's, not the environment)."""
+    sender = Celery("clgate-api", set_as_current=False)
+    sender.conf.update(celery_config(settings))
+    return sender
+
+
 @app.on_configure.connect
 def _configure(sender: Celery, **_: object) -> None:
     from service.settings import load_settings
