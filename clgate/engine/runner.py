@@ -125,8 +125,11 @@ def run_job(
     threads_before = torch.get_num_threads()
     if spec.cpu_threads:
         torch.set_num_threads(spec.cpu_threads)
+    cuda_devices = [device.index or 0] if device.type == "cuda" else []
     try:
-        _run_seeds(spec, shared, out_dir, base_dir, progress, should_stop, written)
+        # Each seed re-seeds torch's global RNG (model initialisation); the caller's RNG state is restored.
+        with torch.random.fork_rng(devices=cuda_devices):
+            _run_seeds(spec, shared, out_dir, base_dir, progress, should_stop, written)
     finally:
         torch.set_num_threads(threads_before)
     return written

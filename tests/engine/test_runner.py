@@ -322,3 +322,12 @@ def test_image_folder_with_conv_nets(tmp_path, arch):
     assert log.class_names == ["dark", "light", "mid", "noisy"]
     assert [(p.iteration, p.task_end) for p in log.points] == [(2, False), (3, True), (4, False), (6, True)]
     assert sum(log.points[-1].total) == 12 and log.resources[0].train_bytes == 12 * (64 * 4 + 8)
+
+
+def test_run_job_leaves_the_callers_torch_state_alone(tmp_path, synthetic_spec):
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    threads = torch.get_num_threads()
+    run_job(synthetic_spec(**{"cpu_threads": 1}), tmp_path)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.get_num_threads() == threads
