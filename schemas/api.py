@@ -77,6 +77,11 @@ class ArtifactPublic(BaseModel):
     created_by: str | None
 
 
+class ArtifactsPublic(BaseModel):
+    data: list[ArtifactPublic]
+    count: int
+
+
 class JobCreate(BaseModel):
     """Submit a job: retrain or evaluate (a job spec) or metrics-only (uploaded evaluation logs)."""
 

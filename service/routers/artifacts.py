@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse
 from sqlalchemy import func, select
 
-from schemas.api import ArtifactKind, ArtifactPublic
+from schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
 from service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
 from service.errors import ApiError
 from service.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
@@ -83,19 +83,19 @@ async def upload_artifact(
     return JSONResponse(body.model_dump(mode="json"), status_code=200)
 
 
-@router.get("", summary="List artifacts")
+@router.get("", response_model=ArtifactsPublic, summary="List artifacts (newest first)")
 def list_artifacts(
     session: SessionDep, _: Viewer,
     kind: ArtifactKind | None = None,
     skip: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-) -> dict:
+):
     q = select(Artifact)
     if kind:
         q = q.where(Artifact.kind == kind)
     count = session.scalar(select(func.count()).select_from(q.subquery()))
     rows = session.scalars(q.order_by(Artifact.created_at.desc()).offset(skip).limit(limit)).all()
-    return {"data": [to_public(a).model_dump(mode="json") for a in rows], "count": count}
+    return ArtifactsPublic(data=[to_public(a) for a in rows], count=count)
 
 
 @router.get("/{ref}", response_model=ArtifactPublic, summary="Artifact metadata")
