@@ -105,7 +105,7 @@ def bench_training() -> float:
     y_all = torch.from_numpy(ds.y_train)
 
     def plain(iters: int) -> float:
-        """The loop a person would write: shuffled batches of 16, SGD (momentum as the spec), cross-entropy, 5 tasks."""
+        """The loop a person would write: shuffled batches of 16, SGD (the spec's lr and momentum), cross-entropy, 5 tasks."""
         torch.manual_seed(0)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as the engine (cpu_threads: 1)
@@ -175,7 +175,7 @@ def main() -> None:
     torch.set_num_threads(1)
     bench_evaluation(360, (1, 8, 8), "digits test set, 360 × 64")
     bench_evaluation(10_000, (784,), "Split-MNIST size, 10 000 × 784")
-    print("2. engine training iteration ÷ plain PyTorch loop (MLP 2×400, batch 16, SGD momentum 0.9)")
+    print("2. engine training iteration ÷ plain PyTorch loop (MLP 2×400, batch 16, SGD as in digits-er.yaml)")
     bench_training()
     print("3. end to end")
     bench_digits_er()

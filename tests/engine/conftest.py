@@ -19,7 +19,7 @@ def _digits_spec(**changes: Any):
         "scenario": {"n_tasks": 5},
         "model": {"arch": "mlp"},
         "strategy": {"name": "finetune"},
-        "training": {"lr": 0.05, "momentum": 0.9, "batch_size": 16, "epochs": 5},
+        "training": {"lr": 0.05, "batch_size": 16, "epochs": 5},
         "evaluation": {"eval_every": 10},
         "seeds": [0],
         "device": "cpu",
