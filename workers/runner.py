@@ -85,6 +85,14 @@ def context(settings: Settings | None = None) -> Context:
         return ctx
 
 
+def reset_after_fork() -> None:
+    """In a forked worker process: drop the parent's pooled connections (never shared across a fork)."""
+    with _contexts_lock:
+        for ctx in _contexts.values():
+            ctx.sessions.kw["bind"].dispose(close=False)
+        _contexts.clear()
+
+
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -184,7 +192,8 @@ def _run(ctx: Context, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         model_name, baseline_job_id, source_job_id = job.model_name, job.baseline_job_id, job.source_job_id
         baseline_files = _log_files(s, baseline_job_id) if baseline_job_id else []
         source_files = _log_files(s, source_job_id) if source_job_id else []
-        filenames = {a.sha256: a.filename for a in s.scalars(select(Artifact))} if spec else {}
+        refs = list(find_refs(spec)) if spec else []
+        filenames = dict(s.execute(select(Artifact.sha256, Artifact.filename).where(Artifact.sha256.in_(refs))).all())
 
     policy = core.parse_policy(policy_doc)
     stopped: str | None = None

@@ -44,6 +44,12 @@ def _start_heartbeat(sender=None, **_: object) -> None:
     _heartbeat = runner.Heartbeat(ctx, sender.hostname, queues or "gpu,cpu").start()
 
 
+@signals.worker_process_init.connect
+def _fresh_connections(**_: object) -> None:
+    """Each pool process opens its own database connections (a replacement child is forked after start)."""
+    runner.reset_after_fork()
+
+
 @signals.worker_shutdown.connect
 def _stop_heartbeat(**_: object) -> None:
     if _heartbeat is not None:
