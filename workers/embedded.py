@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import multiprocessing
+import os
 import socket
 import threading
 import time
@@ -24,6 +25,17 @@ from workers import runner
 log = logging.getLogger("clgate.embedded")
 
 MAX_TRANSIENT_RETRIES = 3
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Pool process initializer: exit when the API process is gone (a running job resumes at the next start)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="clgate-parent-watch", daemon=True).start()
 
 
 def _child(job_id: str, settings_json: str) -> str:
@@ -49,7 +61,8 @@ class EmbeddedExecutor:
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(
-            max_workers=self.settings.embedded_workers, mp_context=multiprocessing.get_context("spawn")
+            max_workers=self.settings.embedded_workers, mp_context=multiprocessing.get_context("spawn"),
+            initializer=_watch_parent, initargs=(os.getpid(),),
         )
 
     def start(self) -> None:
@@ -115,4 +128,11 @@ class EmbeddedExecutor:
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
+            # a running job is not waited for (it may train for hours): its process is stopped, the job
+            # stays "running" and is resumed when the executor starts again (the task is idempotent)
+            processes = list(getattr(pool, "_processes", {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                process.join(timeout=10)

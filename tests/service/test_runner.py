@@ -4,6 +4,7 @@ redelivery, failure with a reason on bad input, one decision per job, migrations
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 import time
 
 import pytest
@@ -227,3 +228,109 @@ def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example
         assert _decisions(ctx, job_id) == 1
     finally:
         executor.shutdown()
+
+
+def _long_job(ctx) -> str:
+    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
+            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 100}, "device": "cpu"}
+    with session_scope(ctx.sessions) as s:
+        p = Policy(name="long", version="1", document={"name": "long", "rules": [{"metric": "acc", "floor": 0.1}]},
+                   sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
+        s.add(job)
+        s.flush()
+        return job.id
+
+
+def _wait_state(ctx, job_id, states, timeout=90):
+    deadline = time.monotonic() + timeout
+    while True:
+        with ctx.sessions() as s:
+            job = s.get(Job, job_id)
+            if job.state in states and (job.state != "running" or (job.progress or {}).get("iteration")):
+                return job
+        assert time.monotonic() < deadline, job.state
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead too
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.integration
+def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(tmp_path):
+    from workers.embedded import EmbeddedExecutor
+
+    settings = Settings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    upgrade(settings.resolved_database_url())
+    ctx = runner.context(settings)
+    job_id = _long_job(ctx)
+    executor = EmbeddedExecutor(settings)
+    executor.start()
+    executor.submit(job_id, queue="gpu")
+    job = _wait_state(ctx, job_id, {"running"})
+    pid = int(job.worker.rsplit(":", 1)[1])
+    executor.shutdown()
+    deadline = time.monotonic() + 15
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the job's process outlived the executor"
+        time.sleep(0.1)
+    with ctx.sessions() as s:
+        assert s.get(Job, job_id).state == "running"  # left for the next start
+    again = EmbeddedExecutor(settings)
+    again.start()
+    try:
+        job = _wait_state(ctx, job_id, {"running"})
+        while job.attempts < 2:
+            job = _wait_state(ctx, job_id, {"running"})
+        with session_scope(ctx.sessions) as s:
+            s.get(Job, job_id).cancel_requested = True
+        assert _wait_state(ctx, job_id, {"cancelled", "failed", "succeeded"}).state == "cancelled"
+    finally:
+        again.shutdown()
+
+
+@pytest.mark.integration
+def test_embedded_job_process_exits_when_the_api_process_dies(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    settings = Settings(data_dir=tmp_path / "data")
+    settings.data_dir.mkdir()
+    upgrade(settings.resolved_database_url())
+    ctx = runner.context(settings)
+    job_id = _long_job(ctx)
+    script = (
+        "import sys, time\n"
+        "from service.settings import Settings\n"
+        "from workers.embedded import EmbeddedExecutor\n"
+        "if __name__ == '__main__':\n"
+        f"    e = EmbeddedExecutor(Settings(data_dir={str(settings.data_dir)!r}))\n"
+        "    e.start()\n"
+        "    time.sleep(600)\n"
+    )
+    api = subprocess.Popen([sys.executable, "-c", script], cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        job = _wait_state(ctx, job_id, {"running"})  # resumed from the store at start
+        pid = int(job.worker.rsplit(":", 1)[1])
+        os.kill(api.pid, signal.SIGKILL)
+        api.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _alive(pid):
+            assert time.monotonic() < deadline, "the job's process outlived the dead API process"
+            time.sleep(0.2)
+    finally:
+        if api.poll() is None:
+            api.kill()
