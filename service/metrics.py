@@ -10,6 +10,7 @@ in ``_total``; labels are bounded (model names are validated, worst classes are 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -24,6 +25,8 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
+
+log = logging.getLogger("clgate.metrics")
 
 VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 STATES = tuple(s.value for s in JobState)
@@ -68,7 +71,7 @@ class StoreCollector(Collector):
             for queue, n in self.queue_lengths().items():
                 lengths.add_metric([queue], n)
         except Exception:  # noqa: BLE001 - broker away: no sample (the readiness probe reports it)
-            pass
+            log.debug("queue lengths unavailable", exc_info=True)
         yield lengths
 
     def _models(self, s: Session) -> Iterator[Metric]:

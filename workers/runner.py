@@ -394,5 +394,5 @@ class Heartbeat:
         self._thread.join(timeout=5)
         try:
             forget(self.ctx, self.hostname)
-        except Exception:  # noqa: BLE001
-            pass
+        except Exception:  # noqa: BLE001 - the row goes stale and stops counting after CLGATE_WORKER_STALE_S
+            log.debug("could not remove the heartbeat of %s", self.hostname, exc_info=True)

@@ -275,10 +275,9 @@ def admin_key() -> str:
 @pytest.fixture
 def postgres_url(require_binary) -> Iterator[str]:
     """A real PostgreSQL server (initdb + pg_ctl) on a free loopback port, in a throw-away folder."""
+    import glob
     import shutil
     import tempfile
-
-    import glob
 
     # Debian's postgresql package keeps its programs in /usr/lib/postgresql/<version>/bin, off the PATH
     found = shutil.which("initdb") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))), None)

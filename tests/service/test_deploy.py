@@ -155,7 +155,7 @@ def test_k8s_manifests_reference_existing_things():
     assert set(config) <= SETTINGS, set(config) - SETTINGS
     Settings(**{k.removeprefix("CLGATE_").lower(): v for k, v in config.items()})  # the values validate
     for kind in ("Deployment", "StatefulSet", "Job"):
-        for name, d in by_kind.get(kind, {}).items():
+        for d in by_kind.get(kind, {}).values():
             for c in _containers(d):
                 _image_ok(c["image"])
                 if c.get("command", [""])[0] == "clgate":
