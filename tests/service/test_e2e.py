@@ -191,7 +191,7 @@ def test_celery_worker_lost_mid_job_is_redelivered_and_decided_once(celery_servi
     sub, view = svc.clients["submitter"], svc.clients["viewer"]
     ref = sub.post("/v1/artifacts", params={"kind": "data", "filename": "d.npz"}, content=digits_npz).json()["ref"]
     svc.clients["approver"].post("/v1/policies", json=policies["loose"])
-    job = sub.post("/v1/jobs", json={"mode": "retrain", "model_name": MODEL, "spec": make_spec(ref, iterations=400),
+    job = sub.post("/v1/jobs", json={"mode": "retrain", "model_name": MODEL, "spec": make_spec(ref, iterations=1500),
                                      "policy": {"name": "e2e-loose", "version": "1"}}).json()
     deadline = time.monotonic() + 90
     while not ((state := view.get(f"/v1/jobs/{job['id']}").json())["state"] == "running"
