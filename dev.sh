@@ -28,12 +28,13 @@ setup_venv() {
     fi
 }
 
-# Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium.
+# Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium, PostgreSQL.
 setup_test_tools() {
     local missing=()
     command -v redis-server >/dev/null || missing+=(redis-server)
     command -v promtool >/dev/null || missing+=(prometheus)
     command -v chromium >/dev/null || missing+=(chromium)
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing+=(postgresql)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
         echo "==> installing test tools: ${missing[*]}"
