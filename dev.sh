@@ -19,11 +19,11 @@ setup_venv() {
     # Reinstall only when the requirements changed.
     local stamp="$VENV/.clgate-installed"
     local want
-    want=$(cat pyproject.toml constraints/dev.txt | sha256sum | cut -d' ' -f1)
+    want=$(cat pyproject.toml setup.py constraints/dev.txt | sha256sum | cut -d' ' -f1)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing clgate and its dependencies into $VENV (torch pinned to the CPU build)"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
-        "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt -e '.[dev]'
+        "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt -e ".[all,dev]"
         echo "$want" > "$stamp"
     fi
 }

@@ -59,7 +59,7 @@ def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:
     env.update(CLGATE_DATA_DIR=str(data_dir), CLGATE_BOOTSTRAP_ADMIN_KEY=ADMIN_KEY, PYTHONUNBUFFERED="1")
     with open(data_dir.parent / "api.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "service.app:create_app", "--host", "127.0.0.1",
+            [sys.executable, "-m", "uvicorn", "--factory", "clgate.service.app:create_app", "--host", "127.0.0.1",
              "--port", str(port), "--log-level", "warning", "--no-access-log"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
         )
@@ -151,8 +151,8 @@ def direct_in_process(spec: dict, out: Path) -> float:
     from clgate.engine import run_job
     from clgate.gate import gate_logs
     from clgate.policy import parse_policy
-    from schemas.evaluation_log import EvaluationLog
-    from schemas.job import JobSpec
+    from clgate.schemas.evaluation_log import EvaluationLog
+    from clgate.schemas.job import JobSpec
 
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from clgate.engine import run_job
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.models import build_model
-from schemas.job import JobSpec
+from clgate.schemas.job import JobSpec
 
 ROUNDS = 5
 
@@ -151,7 +151,7 @@ def bench_digits_er() -> tuple[float, float]:
         t = time.perf_counter()
         (path,) = run_job(spec, Path(tmp))
         in_process = time.perf_counter() - t
-        from schemas.evaluation_log import EvaluationLog
+        from clgate.schemas.evaluation_log import EvaluationLog
 
         n_points = len(EvaluationLog.load(path).points)
         clgate = REPO / ".venv" / "bin" / "clgate"

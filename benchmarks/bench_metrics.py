@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clgate.metrics import LogArrays, compute_metrics
-from schemas import EvaluationLog
+from clgate.schemas import EvaluationLog
 
 
 def synthetic_log(n_tasks: int, per_task: int, n_points: int, seed: int = 0) -> bytes:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clgate.policy import Policy, evaluate
-from schemas.decision import Decision
-from schemas.evaluation_log import EvaluationLog
-from schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.decision import Decision
+from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.metrics import MetricsResult, RunsResult
 
 __all__ = ["GateResult", "gate_logs"]
 

@@ -1,6 +1,6 @@
 """The contract: pydantic v2 models for everything that crosses a boundary in clgate."""
 
-from schemas.evaluation_log import (
+from clgate.schemas.evaluation_log import (
     FORMAT as EVALUATION_LOG_FORMAT,
     EvalPoint,
     EvaluationLog,

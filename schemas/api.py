@@ -91,7 +91,7 @@ class JobCreate(BaseModel):
     model_name: ModelName
     policy: PolicyRef
     spec: dict[str, Any] | None = Field(
-        None, description='Job spec (schemas.job.JobSpec); files as {"artifact": "sha256:..."}.'
+        None, description='Job spec (clgate.schemas.job.JobSpec); files as {"artifact": "sha256:..."}.'
     )
     logs: list[ArtifactRef] | None = Field(None, description="Evaluation logs (metrics mode), one per seed.")
     baseline: Literal["model", "none"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = Field(

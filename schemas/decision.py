@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.fmeca import FmecaWorksheet
+from clgate.schemas.fmeca import FmecaWorksheet
 
 DECISION_FORMAT = "clgate.decision/v1"
 

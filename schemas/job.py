@@ -17,7 +17,7 @@ Errors name the field and the reason (:class:`JobSpecError`, a ``ValueError``, w
 >>> JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}}).with_overrides(["training.lr=-1"])
 Traceback (most recent call last):
 ...
-schemas.job.JobSpecError: invalid job specification
+clgate.schemas.job.JobSpecError: invalid job specification
   training.lr: Input should be greater than 0
 """
 

@@ -1,6 +1,6 @@
 """The clgate API: ``create_app()`` builds the FastAPI application (OpenAPI at ``/openapi.json``, docs at ``/docs``).
 
-``uvicorn --factory service.app:create_app`` or ``clgate serve``. Settings are read and validated here
+``uvicorn --factory clgate.service.app:create_app`` or ``clgate serve``. Settings are read and validated here
 (start-up fails with the variable's name when one is wrong); with no ``CLGATE_BROKER_URL`` the jobs
 run in an embedded background executor, otherwise they go to Celery workers through Redis.
 """
@@ -17,17 +17,17 @@ from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
-from schemas.api import Health
-from service import errors
-from service.auth import create_key
-from service.deps import Viewer
-from service.dispatch import make_dispatcher
-from service.metrics import StoreCollector
-from service.routers import admin, artifacts, jobs, policies
-from service.settings import Settings, load_settings
-from service.store.artifacts import ArtifactStore
-from service.store.db import make_engine, make_sessionmaker, session_scope, upgrade, wait_for_schema
-from service.store.models import ApiKey
+from clgate.schemas.api import Health
+from clgate.service import errors
+from clgate.service.auth import create_key
+from clgate.service.deps import Viewer
+from clgate.service.dispatch import make_dispatcher
+from clgate.service.metrics import StoreCollector
+from clgate.service.routers import admin, artifacts, jobs, policies
+from clgate.store.settings import Settings, load_settings
+from clgate.store.artifacts import ArtifactStore
+from clgate.store.db import make_engine, make_sessionmaker, session_scope, upgrade, wait_for_schema
+from clgate.store.models import ApiKey
 
 log = logging.getLogger("clgate.api")
 

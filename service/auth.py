@@ -21,8 +21,8 @@ import secrets
 
 from sqlalchemy.orm import Session
 
-from service.store.db import audit
-from service.store.models import ApiKey, Role
+from clgate.store.db import audit
+from clgate.store.models import ApiKey, Role
 
 KEY_RE = re.compile(r"^clg_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 

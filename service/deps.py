@@ -9,12 +9,12 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from service.auth import has_role, verify
-from service.dispatch import Dispatcher
-from service.errors import ApiError
-from service.settings import Settings
-from service.store.artifacts import ArtifactStore
-from service.store.models import ApiKey, Role
+from clgate.service.auth import has_role, verify
+from clgate.service.dispatch import Dispatcher
+from clgate.service.errors import ApiError
+from clgate.store.settings import Settings
+from clgate.store.artifacts import ArtifactStore
+from clgate.store.models import ApiKey, Role
 
 
 def get_settings(request: Request) -> Settings:

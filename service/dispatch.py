@@ -6,8 +6,8 @@ from typing import Protocol
 
 from sqlalchemy import func, select
 
-from service.settings import Settings
-from service.store.models import Job, JobState
+from clgate.store.settings import Settings
+from clgate.store.models import Job, JobState
 
 QUEUES = ("gpu", "cpu")
 
@@ -28,7 +28,7 @@ class EmbeddedDispatcher:
     kind = "embedded"
 
     def __init__(self, settings: Settings, sessions) -> None:
-        from workers.embedded import EmbeddedExecutor
+        from clgate.workers.embedded import EmbeddedExecutor
 
         self.sessions = sessions
         self.executor = EmbeddedExecutor(settings)
@@ -67,12 +67,12 @@ class CeleryDispatcher:
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 
     def start(self) -> None:
-        from workers.app import producer
+        from clgate.workers.app import producer
 
         self.celery = producer(self.settings)  # this API's own app, configured from its settings
 
     def submit(self, job_id: str, queue: str) -> None:
-        from workers.app import TASK_NAME
+        from clgate.workers.app import TASK_NAME
 
         self.celery.send_task(TASK_NAME, args=[job_id], queue=queue, task_id=job_id, retry=True,
                               retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5})

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
+from clgate.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
 
 log = logging.getLogger("clgate.metrics")
 

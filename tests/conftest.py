@@ -44,3 +44,7 @@ def artifacts_dir() -> Path:
 def require_binary():
     """``require_binary("redis-server")`` → its path; skip locally / fail in CI when missing."""
     return _require_binary
+
+
+# Fixtures shared across test folders (tests mirror the package tree, so several folders use each set).
+pytest_plugins = ["tests.fixtures.gate", "tests.fixtures.engine", "tests.fixtures.service"]

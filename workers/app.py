@@ -1,12 +1,12 @@
 """The Celery application: Redis broker from ``CLGATE_BROKER_URL``, queues ``gpu`` and ``cpu``.
 
-``celery -A workers.app worker -Q gpu`` (or ``clgate worker --queues gpu``) starts a worker. The
+``celery -A clgate.workers.app worker -Q gpu`` (or ``clgate worker --queues gpu``) starts a worker. The
 configuration is read from the settings when the app is first configured, not at import.
 
 Delivery guarantees: ``acks_late`` + ``reject_on_worker_lost`` (a job whose worker dies is delivered
 again), prefetch 1 (a worker holds one job at a time), and a Redis visibility timeout longer than the
 hard time limit (so that a long job is not redelivered while it still runs). Redelivery is harmless:
-the task is idempotent by job id (:func:`workers.runner.execute_job`).
+the task is idempotent by job id (:func:`clgate.workers.runner.execute_job`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from kombu import Queue
 QUEUES = ("gpu", "cpu")
 TASK_NAME = "clgate.run_job"
 
-app = Celery("clgate", include=["workers.tasks"])
+app = Celery("clgate", include=["clgate.workers.tasks"])
 
 
 def celery_config(settings) -> dict:
@@ -49,7 +49,7 @@ def producer(settings) -> Celery:
 
 @app.on_configure.connect
 def _configure(sender: Celery, **_: object) -> None:
-    from service.settings import load_settings
+    from clgate.store.settings import load_settings
 
     settings = load_settings()
     if settings.broker_url is None:

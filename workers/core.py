@@ -30,8 +30,8 @@ def parse_policy(document: dict[str, Any]):
 
 
 def parse_job_spec(document: dict[str, Any]):
-    """A validated :class:`schemas.job.JobSpec`; raises :class:`InputProblem`."""
-    from schemas.job import JobSpec, JobSpecError
+    """A validated :class:`clgate.schemas.job.JobSpec`; raises :class:`InputProblem`."""
+    from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
         return JobSpec.parse(document)
@@ -41,7 +41,7 @@ def parse_job_spec(document: dict[str, Any]):
 
 def load_log(path: Path):
     """A validated :class:`schemas.EvaluationLog`; raises :class:`InputProblem`."""
-    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     try:
         return EvaluationLog.load(path)

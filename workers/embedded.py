@@ -1,6 +1,6 @@
 """The embedded executor: jobs run in a background process pool of the API process, no broker needed.
 
-Same task code as the Celery workers (:func:`workers.runner.execute_job`); the pool uses ``spawn``
+Same task code as the Celery workers (:func:`clgate.workers.runner.execute_job`); the pool uses ``spawn``
 processes so that training never holds the API's event loop or its GIL. On start it takes back the
 jobs a previous run left queued or running (the task is idempotent). Transient faults are retried a
 few times with a backoff, like the Celery task.
@@ -18,9 +18,9 @@ import time
 
 from sqlalchemy import select
 
-from service.settings import Settings
-from service.store.models import Job, JobState
-from workers import runner
+from clgate.store.settings import Settings
+from clgate.store.models import Job, JobState
+from clgate.workers import runner
 
 log = logging.getLogger("clgate.embedded")
 
@@ -113,7 +113,7 @@ class EmbeddedExecutor:
         if attempts < 3:
             self.submit(job_id, queue="")
         else:
-            from service.store.db import audit, session_scope
+            from clgate.store.db import audit, session_scope
 
             with session_scope(ctx.sessions) as s:
                 job = s.get(Job, job_id)

@@ -26,10 +26,10 @@ import sqlalchemy.exc
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.settings import Settings, load_settings
-from service.store.artifacts import ArtifactStore
-from service.store.db import audit, make_engine, make_sessionmaker, session_scope
-from service.store.models import (
+from clgate.store.settings import Settings, load_settings
+from clgate.store.artifacts import ArtifactStore
+from clgate.store.db import audit, make_engine, make_sessionmaker, session_scope
+from clgate.store.models import (
     Artifact,
     Decision,
     Job,
@@ -40,8 +40,8 @@ from service.store.models import (
     as_utc,
     utcnow,
 )
-from workers import core
-from workers.specs import check_paths, find_refs, resolve_refs
+from clgate.workers import core
+from clgate.workers.specs import check_paths, find_refs, resolve_refs
 
 log = logging.getLogger("clgate.worker")
 

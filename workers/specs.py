@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from service.store.artifacts import parse_ref
+from clgate.store.artifacts import parse_ref
 
 PATH_FIELDS = (("data", "path"), ("model", "weights"), ("model", "torchscript"))
 

@@ -1,4 +1,4 @@
-"""Celery tasks: thin wrappers over :func:`workers.runner.execute_job` (retries on named transient faults)."""
+"""Celery tasks: thin wrappers over :func:`clgate.workers.runner.execute_job` (retries on named transient faults)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 from celery import signals
 
-from workers import runner
-from workers.app import TASK_NAME, app
+from clgate.workers import runner
+from clgate.workers.app import TASK_NAME, app
 
 log = logging.getLogger("clgate.worker")
 
@@ -35,7 +35,7 @@ _heartbeat: runner.Heartbeat | None = None
 def _start_heartbeat(sender=None, **_: object) -> None:
     """Record this worker and its queues in the store every few seconds (``clgate_workers`` gauge)."""
     global _heartbeat
-    from service.store.db import wait_for_schema
+    from clgate.store.db import wait_for_schema
 
     ctx = runner.context()
     wait_for_schema(ctx.sessions.kw["bind"])

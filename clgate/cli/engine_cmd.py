@@ -15,7 +15,7 @@ import typer
 
 if TYPE_CHECKING:
     from clgate.engine import Progress
-    from schemas.job import JobSpec
+    from clgate.schemas.job import JobSpec
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -28,7 +28,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     """The spec file with overrides applied, or (no file) a spec from the overrides alone."""
-    from schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
         if spec_path is None:
@@ -116,7 +116,7 @@ class _Display:
 
 def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
     from clgate.engine import EngineInputError, run_job
-    from schemas.evaluation_log import EvaluationLog
+    from clgate.schemas.evaluation_log import EvaluationLog
 
     try:
         with _Display(enabled=not quiet) as display:
@@ -203,7 +203,7 @@ def evaluate_command(
 
 
 def _absolute_checkpoint(text: str) -> str:
-    from schemas.job import parse_checkpoint
+    from clgate.schemas.job import parse_checkpoint
 
     parsed = parse_checkpoint(text)
     return str(Path(parsed["path"]).resolve()) + text[len(parsed["path"]) :]

@@ -17,8 +17,8 @@ import typer
 if TYPE_CHECKING:
     from clgate.gate import GateResult
     from clgate.policy import Policy
-    from schemas.decision import Decision
-    from schemas.evaluation_log import EvaluationLog
+    from clgate.schemas.decision import Decision
+    from clgate.schemas.evaluation_log import EvaluationLog
 
 DEMO_POLICY = "examples/policies/digits-release.yaml"
 DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
@@ -38,14 +38,14 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def repo_file(relative: str) -> Path:
-    """A file shipped in the repository (examples/…), found from the working directory or the package."""
+    """A shipped example (``examples/…``): the working directory's copy if there is one, else the package's."""
     here = Path(relative)
     if here.exists():
         return here
-    import clgate
+    from importlib.resources import files
 
-    shipped = Path(clgate.__file__).resolve().parents[1] / relative
-    return shipped
+    inside = relative.removeprefix("examples/")
+    return Path(str(files("clgate.examples").joinpath(inside)))
 
 
 def _load_policy(path: Path) -> Policy:
@@ -59,7 +59,7 @@ def _load_policy(path: Path) -> Policy:
 
 
 def _load_log(path: Path) -> EvaluationLog:
-    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     try:
         return EvaluationLog.load(path)
@@ -124,7 +124,7 @@ def exit_code(verdict: str, fail_on_warn: bool) -> int:
 
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     from clgate.engine import run_job
-    from schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
         spec = JobSpec.load(job)
@@ -250,7 +250,7 @@ def demo_command(
     """
     from clgate.engine import run_job
     from clgate.gate import gate_logs
-    from schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpec, JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
     if not policy_file.exists():

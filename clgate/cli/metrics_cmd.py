@@ -13,8 +13,8 @@ import typer
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from schemas.evaluation_log import EvaluationLog
-    from schemas.metrics import MetricsResult, RunsResult
+    from clgate.schemas.evaluation_log import EvaluationLog
+    from clgate.schemas.metrics import MetricsResult, RunsResult
 
 
 class TaskAccuracy(str, Enum):
@@ -24,12 +24,12 @@ class TaskAccuracy(str, Enum):
 
 # Name → "module:attribute" of the pydantic model whose JSON Schema ``clgate schema NAME`` prints.
 SCHEMAS = {
-    "evaluation-log": "schemas.evaluation_log:EvaluationLog",
-    "metrics": "schemas.metrics:MetricsResult",
-    "metrics-runs": "schemas.metrics:RunsResult",
-    "job": "schemas.job:JobSpec",
-    "policy": "schemas.policy:Policy",
-    "decision": "schemas.decision:Decision",
+    "evaluation-log": "clgate.schemas.evaluation_log:EvaluationLog",
+    "metrics": "clgate.schemas.metrics:MetricsResult",
+    "metrics-runs": "clgate.schemas.metrics:RunsResult",
+    "job": "clgate.schemas.job:JobSpec",
+    "policy": "clgate.schemas.policy:Policy",
+    "decision": "clgate.schemas.decision:Decision",
 }
 
 
@@ -41,7 +41,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def load_logs(paths: list[Path]) -> list["EvaluationLog"]:
     """Load and validate logs; a bad one exits 2 with the validation message."""
-    from schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     logs = []
     for path in paths:
@@ -166,7 +166,7 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
     from rich.console import Console
     from rich.table import Table
 
-    from schemas.metrics import MetricsResult
+    from clgate.schemas.metrics import MetricsResult
 
     console = Console()
     if isinstance(result, MetricsResult):

@@ -17,7 +17,7 @@ db_app = typer.Typer(help="The service's record store (Alembic migrations).", no
 def _settings(data_dir: Path | None = None, **overrides):
     from pydantic import ValidationError
 
-    from service.settings import load_settings
+    from clgate.store.settings import load_settings
 
     if data_dir is not None:
         overrides["data_dir"] = data_dir
@@ -32,7 +32,7 @@ def _settings(data_dir: Path | None = None, **overrides):
 
 def _sessions(settings, *, migrate: bool = True):
     """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job has."""
-    from service.store.db import make_engine, make_sessionmaker, upgrade, wait_for_schema
+    from clgate.store.db import make_engine, make_sessionmaker, upgrade, wait_for_schema
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
@@ -54,9 +54,9 @@ def serve(
     import uvicorn
     from sqlalchemy import select
 
-    from service.auth import create_key
-    from service.store.db import session_scope
-    from service.store.models import ApiKey
+    from clgate.service.auth import create_key
+    from clgate.store.db import session_scope
+    from clgate.store.models import ApiKey
 
     settings = _settings(data_dir)
     if settings.embedded and workers > 1:
@@ -64,7 +64,7 @@ def serve(
         raise typer.Exit(2)
     sessions = _sessions(settings, migrate=settings.auto_migrate)
     if settings.bootstrap_admin_key:
-        from service.app import bootstrap_admin
+        from clgate.service.app import bootstrap_admin
 
         try:
             bootstrap_admin(sessions, settings.bootstrap_admin_key)
@@ -84,7 +84,7 @@ def serve(
     typer.echo(f"clgate API on http://{host}:{port} (docs /docs) — jobs: {mode}; data: {settings.data_dir}", err=True)
     os.environ["CLGATE_DATA_DIR"] = str(settings.data_dir)
     os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above
-    uvicorn.run("service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run("clgate.service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
 
 
 def worker(
@@ -104,7 +104,7 @@ def worker(
     if not wanted or unknown:
         typer.echo(f"error: --queues: unknown queue(s) {', '.join(unknown) or '(none)'}; use gpu and/or cpu", err=True)
         raise typer.Exit(2)
-    from workers.app import app as celery_app
+    from clgate.workers.app import app as celery_app
 
     argv = ["worker", "-Q", ",".join(wanted), "--concurrency", str(concurrency), "--loglevel", loglevel,
             "--prefetch-multiplier", "1", "-n", hostname or f"clgate-{'-'.join(wanted)}@%h"]
@@ -118,8 +118,8 @@ def keys_create(
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Create an API key and print it (only its hash is stored)."""
-    from service.auth import create_key
-    from service.store.db import session_scope
+    from clgate.service.auth import create_key
+    from clgate.store.db import session_scope
 
     if role not in ("viewer", "submitter", "approver", "admin"):
         typer.echo(f"error: --role: {role!r} is not one of viewer, submitter, approver, admin", err=True)
@@ -133,7 +133,7 @@ def keys_create(
 @db_app.command("upgrade")
 def db_upgrade(data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR).")) -> None:
     """Apply the database migrations (run once per release before the API and workers start)."""
-    from service.store.db import current_revision, make_engine, upgrade
+    from clgate.store.db import current_revision, make_engine, upgrade
 
     settings = _settings(data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)

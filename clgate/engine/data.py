@@ -56,7 +56,7 @@ class Dataset:
 
 
 def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
-    """Load the data a job names (a ``schemas.job`` data model or an equivalent dict)."""
+    """Load the data a job names (a ``clgate.schemas.job`` data model or an equivalent dict)."""
     if hasattr(spec, "model_dump"):
         spec = spec.model_dump()
     kind = spec.get("kind")

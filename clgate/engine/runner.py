@@ -45,8 +45,8 @@ from clgate.engine.models import (
 from clgate.engine.resources import SampleCost, count_params, measure_costs
 from clgate.engine.scenario import tasks_from_spec
 from clgate.engine.strategies import StrategyContext, create_strategy
-from schemas.evaluation_log import EvaluationLog, TaskResources
-from schemas.job import JobSpec
+from clgate.schemas.evaluation_log import EvaluationLog, TaskResources
+from clgate.schemas.job import JobSpec
 
 PROGRESS_INTERVAL_S = 0.2
 

@@ -61,7 +61,7 @@ def _check_cover(classes: list[int], n_classes: int, where: str) -> None:
 
 
 def tasks_from_spec(scenario: Any, n_classes: int) -> list[list[int]]:
-    """:func:`build_tasks` from a ``schemas.job.ScenarioSpec``."""
+    """:func:`build_tasks` from a ``clgate.schemas.job.ScenarioSpec``."""
     return build_tasks(
         n_classes,
         n_tasks=scenario.n_tasks,

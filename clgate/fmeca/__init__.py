@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from schemas.fmeca import FmecaRow, FmecaWorksheet
-from schemas.metrics import ClassStats, MetricsResult
-from schemas.policy import PRIORITY_RANK, FmecaConfig, OccurrenceRow, PriorityRow
+from clgate.schemas.fmeca import FmecaRow, FmecaWorksheet
+from clgate.schemas.metrics import ClassStats, MetricsResult
+from clgate.schemas.policy import PRIORITY_RANK, FmecaConfig, OccurrenceRow, PriorityRow
 
 __all__ = [
     "action_priority",

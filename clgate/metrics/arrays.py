@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 TaskAccuracy = Literal["macro", "micro"]
 

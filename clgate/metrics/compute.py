@@ -18,8 +18,8 @@ import numpy as np
 from clgate.metrics import functional as fn
 from clgate.metrics.arrays import LogArrays, TaskAccuracy, wilson_interval
 from clgate.metrics.registry import CL_CRITERIA, check_window, metric_ids, metric_info
-from schemas.evaluation_log import EvaluationLog
-from schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, RunsResult
+from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, RunsResult
 
 LogLike = EvaluationLog | LogArrays
 
@@ -126,7 +126,7 @@ def compute_metrics(
     ...     {"iteration": 15, "task": 2, "correct": [2, 6, 5], "total": [10, 10, 10]},
     ...     {"iteration": 20, "task": 2, "task_end": True, "correct": [5, 7, 9], "total": [10, 10, 10]}]})
     >>> m = compute_metrics(log, windows=[2])
-    >>> m.metrics["acc"], m.metrics["mica"], m.metrics["min_acc"]
+    >>> [round(v, 4) for v in m.metrics["acc"]], m.metrics["mica"], m.metrics["min_acc"]
     ([0.85, 0.75], [0.8, 0.5], [None, 0.4])
     >>> m.evidence["mica"][1]["class"], round(m.metrics["wf2"], 4), m.reasons["fwt_lifetime"][:31]
     (0, 0.225, 'needs future tasks evaluated at')

@@ -230,7 +230,7 @@ def samples_storage_efficiency(buffer_bytes: np.ndarray, train_bytes: np.ndarray
 def computational_efficiency(ops_pass: np.ndarray, ops_train: np.ndarray, *, epsilon: float = 1.0) -> float:
     """``CE = min(1, 1/K Σ_i ops_pass_i · ε / ops_train_i)`` — Díaz-Rodríguez et al. eq. 7; NaN if a task spent 0 ops.
 
-    >>> computational_efficiency(np.array([1.0, 1.0]), np.array([10.0, 5.0]))
+    >>> round(computational_efficiency(np.array([1.0, 1.0]), np.array([10.0, 5.0])), 4)
     0.15
     """
     ops_train = np.asarray(ops_train, dtype=float)

@@ -10,9 +10,9 @@ from typing import Any
 from clgate import __version__
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
-from schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass
-from schemas.evaluation_log import EvaluationLog
-from schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass
+from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.metrics import MetricsResult, RunsResult
 
 
 @dataclass
@@ -161,7 +161,7 @@ def evaluate(
 
 
 def _label(policy: Policy, i: int) -> str:
-    from schemas.policy import rule_label
+    from clgate.schemas.policy import rule_label
 
     return rule_label(policy.rules[i], i)
 

@@ -1,6 +1,6 @@
 """Evaluating a policy: rule results from metrics results, then the verdict.
 
-Pure: metrics results and schema objects in, a :class:`~schemas.decision.Decision` out. Semantics:
+Pure: metrics results and schema objects in, a :class:`~clgate.schemas.decision.Decision` out. Semantics:
 
 - A ``floor`` passes when ``value >= floor``, a ``ceiling`` when ``value <= ceiling``; equality passes
   (within ``TOLERANCE``, so that 0.8 computed as 0.7999999999999999 still meets a floor of 0.8).
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
-from schemas.decision import RuleResult
-from schemas.fmeca import FmecaWorksheet
-from schemas.metrics import ClassStats, MetricsResult
-from schemas.policy import (
+from clgate.schemas.decision import RuleResult
+from clgate.schemas.fmeca import FmecaWorksheet
+from clgate.schemas.metrics import ClassStats, MetricsResult
+from clgate.schemas.policy import (
     PRIORITY_RANK,
     BaselineRule,
     ClassRule,

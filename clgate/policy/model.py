@@ -1,4 +1,4 @@
-"""Loading a policy: the structure from ``schemas.policy`` plus the checks that need the metric registry."""
+"""Loading a policy: the structure from ``clgate.schemas.policy`` plus the checks that need the metric registry."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError, model_validator
 
-from schemas.policy import (
+from clgate.schemas.policy import (
     BaselineRule,
     MetricRule,
     policy_error_lines,
 )
-from schemas.policy import Policy as PolicySchema
+from clgate.schemas.policy import Policy as PolicySchema
 
 # Metrics that have a lower-confidence-bound counterpart computed by clgate.metrics.
 LCB_METRICS = {"mica": "mica_lcb"}

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from schemas.decision import Decision, RuleResult
-from schemas.fmeca import FmecaWorksheet
+from clgate.schemas.decision import Decision, RuleResult
+from clgate.schemas.fmeca import FmecaWorksheet
 
 __all__ = [
     "REPORT_FILES",

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from sqlalchemy import func, select
 
-from schemas.api import (
+from clgate.schemas.api import (
     AuditEventPublic,
     AuditEventsPublic,
     BaselinePublic,
@@ -20,11 +20,11 @@ from schemas.api import (
     ModelName,
     WhoAmI,
 )
-from service.auth import create_key
-from service.deps import Admin, Approver, SessionDep, Viewer, actor
-from service.errors import ApiError
-from service.store.db import audit
-from service.store.models import (
+from clgate.service.auth import create_key
+from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor
+from clgate.service.errors import ApiError
+from clgate.store.db import audit
+from clgate.store.models import (
     ApiKey,
     AuditEvent,
     Baseline,

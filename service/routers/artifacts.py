@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse
 from sqlalchemy import func, select
 
-from schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
-from service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
-from service.errors import ApiError
-from service.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
-from service.store.db import audit, session_scope
-from service.store.models import Artifact
+from clgate.schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
+from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
+from clgate.service.errors import ApiError
+from clgate.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
+from clgate.store.db import audit, session_scope
+from clgate.store.models import Artifact
 
 router = APIRouter(prefix="/artifacts", tags=["artifacts"])
 

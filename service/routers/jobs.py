@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy import Select, exists, func, select
 from sqlalchemy.orm import Session
 
-from schemas.api import (
+from clgate.schemas.api import (
     DecisionPublic,
     JobCreate,
     JobProgress,
@@ -27,12 +27,12 @@ from schemas.api import (
     WaiverPublic,
     queue_for,
 )
-from service.deps import Approver, DispatcherDep, SessionDep, StoreDep, Submitter, Viewer, actor
-from service.errors import ApiError
-from service.routers.policies import find as find_policy
-from service.store.artifacts import ArtifactStore
-from service.store.db import audit
-from service.store.models import (
+from clgate.service.deps import Approver, DispatcherDep, SessionDep, StoreDep, Submitter, Viewer, actor
+from clgate.service.errors import ApiError
+from clgate.service.routers.policies import find as find_policy
+from clgate.store.artifacts import ArtifactStore
+from clgate.store.db import audit
+from clgate.store.models import (
     Artifact,
     Baseline,
     Decision,
@@ -44,8 +44,8 @@ from service.store.models import (
     as_utc,
     utcnow,
 )
-from workers import core
-from workers.specs import check_paths, find_refs, resolve_refs
+from clgate.workers import core
+from clgate.workers.specs import check_paths, find_refs, resolve_refs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

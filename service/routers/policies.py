@@ -11,12 +11,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from schemas.api import PoliciesPublic, PolicyRef, PolicyVersionPublic
-from service.deps import Approver, SessionDep, Viewer, actor
-from service.errors import ApiError
-from service.store.db import audit
-from service.store.models import Policy
-from workers import core
+from clgate.schemas.api import PoliciesPublic, PolicyRef, PolicyVersionPublic
+from clgate.service.deps import Approver, SessionDep, Viewer, actor
+from clgate.service.errors import ApiError
+from clgate.store.db import audit
+from clgate.store.models import Policy
+from clgate.workers import core
 
 router = APIRouter(prefix="/policies", tags=["policies"])
 

@@ -17,7 +17,7 @@ from clgate.engine.models import (
     load_state_dict_file,
     load_torchscript,
 )
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 # torch.jit is deprecated upstream; TorchScript candidates are still a supported input.
 pytestmark = [

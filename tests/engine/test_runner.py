@@ -13,7 +13,7 @@ import torch
 from clgate.engine import JobCancelled, Progress, run_job
 from clgate.engine.errors import EngineInputError
 from clgate.engine.models import build_model
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
@@ -297,7 +297,7 @@ def test_evaluate_mode_accepts_torchscript_checkpoints(tmp_path, synthetic_spec)
 def test_image_folder_with_conv_nets(tmp_path, arch):
     from PIL import Image
 
-    from schemas.job import JobSpec
+    from clgate.schemas.job import JobSpec
 
     rng = np.random.default_rng(0)
     for split, n in (("train", 6), ("test", 3)):

@@ -19,7 +19,7 @@ from clgate.engine.strategies import (
     create_strategy,
     get_strategy,
 )
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _ctx(n_classes: int = 4) -> StrategyContext:

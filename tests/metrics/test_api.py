@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from clgate.metrics import CL_CRITERIA, LogArrays, compute_metrics, compute_runs, metric_info
-from schemas import EvaluationLog
-from schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas import EvaluationLog
+from clgate.schemas.metrics import MetricsResult, RunsResult
 
 
 @pytest.fixture

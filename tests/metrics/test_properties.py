@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clgate.metrics import LogArrays, compute_metrics, metric_info, worst_case_accuracy_curve
-from schemas import EvaluationLog
+from clgate.schemas import EvaluationLog
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WINDOWS = (2, 5)

@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from clgate.metrics import REGISTRY, LogArrays, compute_metrics, metric_ids
-from schemas import EvaluationLog
+from clgate.schemas import EvaluationLog
 
 WINDOWS = (2, 3, 10, 64)
 

@@ -19,7 +19,7 @@ from clgate.metrics import (
     metric_info,
 )
 from clgate.metrics.registry import NEEDS
-from schemas import EvaluationLog
+from clgate.schemas import EvaluationLog
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ALL_IDS = [*REGISTRY, "wf{w}", "wp{w}"]

@@ -12,7 +12,7 @@ from clgate.metrics import (
     wilson_interval,
     windowed_extremes,
 )
-from schemas import EvaluationLog
+from clgate.schemas import EvaluationLog
 
 
 def random_classifier_log(sizes: list[int]) -> EvaluationLog:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import EvaluationLog, EvaluationLogError
+from clgate.schemas import EvaluationLog, EvaluationLogError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "logs" / "spec-example.json"
 

@@ -9,8 +9,8 @@ import re
 import pytest
 from fastapi.routing import APIRoute
 
-from service.app import create_app
-from service.settings import Settings
+from clgate.service.app import create_app
+from clgate.store.settings import Settings
 
 ROLE_ORDER = ["viewer", "submitter", "approver", "admin"]
 PUBLIC = {"/healthz", "/readyz"}
@@ -92,11 +92,11 @@ def test_revoked_key_is_refused(api):
 def test_keys_are_stored_hashed(api):
     from sqlalchemy import select
 
-    from service.store.models import ApiKey
+    from clgate.store.models import ApiKey
 
     with api.app.state.sessions() as s:
         stored = [(k.id, k.secret_sha256) for k in s.scalars(select(ApiKey))]
-    from service.auth import split_key
+    from clgate.service.auth import split_key
 
     secrets = [split_key(k)[1] for k in api.keys.values()]
     assert len(stored) == 4
@@ -274,7 +274,7 @@ def test_errors_are_json_with_a_reason(api):
 def test_audit_records_actions_and_is_append_only(api, with_policy):
     from sqlalchemy import select, text
 
-    from service.store.models import AuditEvent, ImmutableRecordError
+    from clgate.store.models import AuditEvent, ImmutableRecordError
 
     events = api.get("/v1/audit", params={"action": "policy.created"}, headers=api.as_role("viewer")).json()
     assert events["count"] == 1 and "t-approver" in events["data"][0]["actor"]
@@ -291,8 +291,8 @@ def test_audit_records_actions_and_is_append_only(api, with_policy):
 def test_job_list_pagination_and_filters(api):
     import datetime as dt
 
-    from service.store.db import session_scope
-    from service.store.models import Job, Policy
+    from clgate.store.db import session_scope
+    from clgate.store.models import Job, Policy
 
     t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     with session_scope(api.app.state.sessions) as s:

@@ -12,7 +12,7 @@ import pytest
 import typer.main
 import yaml
 
-from service.settings import Settings
+from clgate.store.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -178,7 +178,7 @@ def test_k8s_gpu_pool_probes_and_queue_scaling():
     assert gpu["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert gpu["command"][gpu["command"].index("--queues") + 1] == "gpu"
     api = _containers(docs[("Deployment", "clgate-api")])[0]
-    from service.app import create_app
+    from clgate.service.app import create_app
 
     paths = set(create_app(Settings(data_dir="/nonexistent")).openapi()["paths"])
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz" and "/healthz" in paths

@@ -15,7 +15,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
-from service.metrics import StoreCollector
-from service.store.db import make_engine, make_sessionmaker, session_scope, upgrade
-from service.store.models import Decision, Job, Policy, WorkerHeartbeat, utcnow
+from clgate.service.metrics import StoreCollector
+from clgate.store.db import make_engine, make_sessionmaker, session_scope, upgrade
+from clgate.store.models import Decision, Job, Policy, WorkerHeartbeat, utcnow
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
@@ -132,7 +132,7 @@ def test_rules_have_severity_summary_description_runbook():
 def test_rules_use_only_exported_metrics():
     import re
 
-    from service.metrics import HEADLINE
+    from clgate.service.metrics import HEADLINE
 
     exported = {name for _, name, _ in HEADLINE} | {
         "clgate_model_worst_class_accuracy_ratio", "clgate_model_verdict", "clgate_model_last_decision_timestamp_seconds",

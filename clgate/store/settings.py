@@ -1,7 +1,7 @@
 """Service settings: ``CLGATE_*`` environment variables, validated once at start-up.
 
 Nothing here is built at import time; the API obtains the settings through a dependency
-(:func:`service.deps.get_settings`) and the workers through :func:`load_settings`.
+(:func:`clgate.service.deps.get_settings`) and the workers through :func:`load_settings`.
 
 >>> s = Settings(data_dir="/tmp/clgate-doc")
 >>> s.resolved_database_url()

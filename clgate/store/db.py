@@ -11,10 +11,10 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.store.models import AuditEvent
+from clgate.store.models import AuditEvent
 
-SERVICE_DIR = Path(__file__).resolve().parents[1]
-ALEMBIC_INI = SERVICE_DIR / "alembic.ini"
+STORE_DIR = Path(__file__).resolve().parent
+ALEMBIC_INI = STORE_DIR / "alembic.ini"
 
 
 def make_engine(url: str) -> Engine:
@@ -60,7 +60,7 @@ def alembic_config(url: str):
     from alembic.config import Config
 
     cfg = Config(str(ALEMBIC_INI))
-    cfg.set_main_option("script_location", str(SERVICE_DIR / "migrations"))
+    cfg.set_main_option("script_location", str(STORE_DIR / "migrations"))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

@@ -1,6 +1,6 @@
 """SQLAlchemy 2 records: API keys, artifacts, policies, jobs, decisions, waivers, baselines, audit events.
 
-Tables are separate from the API's pydantic models (``schemas.api``). Decisions and audit events are
+Tables are separate from the API's pydantic models (``clgate.schemas.api``). Decisions and audit events are
 never updated nor deleted: the ORM refuses it (:func:`_refuse_change`) and the migration adds database
 triggers that refuse it too.
 """

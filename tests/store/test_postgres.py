@@ -15,7 +15,7 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from service.store.models import Base
+    from clgate.store.models import Base
 
     app, _ = app_factory(database_url=postgres_url)
     h = {"X-API-Key": admin_key}

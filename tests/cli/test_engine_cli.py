@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clgate.cli import app
-from schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import EvaluationLog
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 

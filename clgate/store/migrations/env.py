@@ -1,11 +1,11 @@
-"""Alembic environment: the URL comes from the config (set by service.store.db) or ``-x url=...``."""
+"""Alembic environment: the URL comes from the config (set by clgate.store.db) or ``-x url=...``."""
 
 from __future__ import annotations
 
 from alembic import context
 
-from service.store.db import make_engine
-from service.store.models import Base
+from clgate.store.db import make_engine
+from clgate.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from service.settings import Settings
-from service.store.artifacts import ArtifactStore
-from service.store.db import make_engine, session_scope, upgrade
-from service.store.models import AuditEvent, Decision, Job, Policy
-from workers import runner
+from clgate.store.settings import Settings
+from clgate.store.artifacts import ArtifactStore
+from clgate.store.db import make_engine, session_scope, upgrade
+from clgate.store.models import AuditEvent, Decision, Job, Policy
+from clgate.workers import runner
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def _job(ctx, *, logs: list[str], policy: dict, **fields) -> str:
 
 
 def _log_ref(ctx, example_log: bytes) -> str:
-    from service.store.models import Artifact
+    from clgate.store.models import Artifact
 
     stored = ctx.store.put_bytes(example_log)
     with session_scope(ctx.sessions) as s:
@@ -83,7 +83,7 @@ def test_two_concurrent_deliveries_make_one_decision(store, example_log):
 def test_bad_log_fails_the_job_with_a_reason(store):
     settings, ctx = store
     bad = ctx.store.put_bytes(b'{"format": "clgate.evaluation-log/v1", "tasks": [], "points": []}').sha256
-    from service.store.models import Artifact
+    from clgate.store.models import Artifact
 
     with session_scope(ctx.sessions) as s:
         s.add(Artifact(sha256=bad, size=10, kind="log"))
@@ -138,7 +138,7 @@ def test_migrations_match_the_models(tmp_path):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from service.store.models import Base
+    from clgate.store.models import Base
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     upgrade(url)
@@ -169,7 +169,7 @@ def test_settings_are_validated_at_start_up(tmp_path):
 
 
 def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
-    from service.store.models import JobFile
+    from clgate.store.models import JobFile
 
     settings = Settings(data_dir=tmp_path / "data", job_soft_time_limit_s=2, job_time_limit_s=3)
     settings.data_dir.mkdir()
@@ -195,7 +195,7 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
         assert job.progress.get("iteration", 0) > 0
         names = list(s.scalars(select(JobFile.name).where(JobFile.job_id == job_id)))
     assert names == ["logs/log-seed0.json"]
-    from schemas.evaluation_log import EvaluationLog
+    from clgate.schemas.evaluation_log import EvaluationLog
 
     with ctx.sessions() as s:
         sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id))
@@ -205,7 +205,7 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
 
 def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example_log):
     """A job queued (or running) when the API stopped is run when the embedded executor starts again."""
-    from workers.embedded import EmbeddedExecutor
+    from clgate.workers.embedded import EmbeddedExecutor
 
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
@@ -268,7 +268,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.integration
 def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(tmp_path):
-    from workers.embedded import EmbeddedExecutor
+    from clgate.workers.embedded import EmbeddedExecutor
 
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
@@ -314,8 +314,8 @@ def test_embedded_job_process_exits_when_the_api_process_dies(tmp_path):
     job_id = _long_job(ctx)
     script = (
         "import sys, time\n"
-        "from service.settings import Settings\n"
-        "from workers.embedded import EmbeddedExecutor\n"
+        "from clgate.store.settings import Settings\n"
+        "from clgate.workers.embedded import EmbeddedExecutor\n"
         "if __name__ == '__main__':\n"
         f"    e = EmbeddedExecutor(Settings(data_dir={str(settings.data_dir)!r}))\n"
         "    e.start()\n"

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from clgate.fmeca import action_priority, occurrence_rating
 from clgate.policy import evaluate_rules, parse_policy
-from schemas.metrics import MetricsResult
-from schemas.policy import PRIORITY_RANK
+from clgate.schemas.metrics import MetricsResult
+from clgate.schemas.policy import PRIORITY_RANK
 
 rating = st.integers(1, 10)
 rate = st.floats(0.0, 1.0, allow_nan=False)

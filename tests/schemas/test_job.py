@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.job import CheckpointSpec, JobSpec, JobSpecError
+from clgate.schemas.job import CheckpointSpec, JobSpec, JobSpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 

@@ -54,10 +54,10 @@ def test_readiness_fails_without_the_broker(app_factory, test_client_class):
 
 
 def test_celery_configuration_carries_the_guarantees():
-    from service.settings import Settings
-    from workers.app import celery_config
-    from workers.runner import TRANSIENT
-    from workers.tasks import run_job
+    from clgate.store.settings import Settings
+    from clgate.workers.app import celery_config
+    from clgate.workers.runner import TRANSIENT
+    from clgate.workers.tasks import run_job
 
     settings = Settings(broker_url="redis://127.0.0.1:1/0", job_soft_time_limit_s=100, job_time_limit_s=160)
     conf = celery_config(settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clgate.fmeca import action_priority, build_worksheet, criticality_matrix, occurrence_rating
-from schemas.policy import FmecaConfig, OccurrenceRow, PriorityRow
+from clgate.schemas.policy import FmecaConfig, OccurrenceRow, PriorityRow
 
 
 # ---------------------------------------------------------------- occurrence scale
