@@ -24,9 +24,9 @@ from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.metrics import StoreCollector
 from clgate.service.routers import admin, artifacts, jobs, policies
+from clgate.store import open_store
+from clgate.store.db import session_scope, wait_for_schema
 from clgate.store.settings import Settings, load_settings
-from clgate.store.artifacts import ArtifactStore
-from clgate.store.db import make_engine, make_sessionmaker, session_scope, upgrade, wait_for_schema
 from clgate.store.models import ApiKey
 
 log = logging.getLogger("clgate.api")
@@ -47,18 +47,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        url = settings.resolved_database_url()
-        if settings.auto_migrate:
-            upgrade(url)
-        engine = make_engine(url)
+        store = open_store(settings, migrate=settings.auto_migrate)
+        engine, sessions = store.engine, store.sessions
         wait_for_schema(engine, timeout_s=30)
-        sessions = make_sessionmaker(engine)
         if settings.bootstrap_admin_key:
             bootstrap_admin(sessions, settings.bootstrap_admin_key)
         app.state.engine = engine
         app.state.sessions = sessions
-        app.state.store = ArtifactStore(settings.artifact_dir)
+        app.state.store = store.artifacts
         app.state.dispatcher = make_dispatcher(settings, sessions)
         app.state.dispatcher.start()
         registry = CollectorRegistry(auto_describe=False)

@@ -2,8 +2,8 @@
 
 Same task code as the Celery workers (:func:`clgate.workers.runner.execute_job`); the pool uses ``spawn``
 processes so that training never holds the API's event loop or its GIL. On start it takes back the
-jobs a previous run left queued or running (the task is idempotent). Transient faults are retried a
-few times with a backoff, like the Celery task.
+jobs a previous run left queued or running (the task is idempotent). Transient faults are retried with
+the same policy as the Celery task (:data:`clgate.workers.runner.MAX_RETRIES`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import socket
 import threading
 import time
 
-from sqlalchemy import select
-
+from clgate.store import jobs as records
+from clgate.store.models import JobState
 from clgate.store.settings import Settings
-from clgate.store.models import Job, JobState
 from clgate.workers import runner
 
 log = logging.getLogger("clgate.embedded")
 
-MAX_TRANSIENT_RETRIES = 3
+# A job whose process dies this many times (out of memory, killed) is failed instead of run again.
+MAX_PROCESS_DEATHS = 3
 
 
 def _watch_parent(parent_pid: int) -> None:
@@ -40,13 +40,13 @@ def _watch_parent(parent_pid: int) -> None:
 
 def _child(job_id: str, settings_json: str) -> str:
     settings = Settings.model_validate_json(settings_json)
-    for attempt in range(MAX_TRANSIENT_RETRIES + 1):
+    for retry in range(runner.MAX_RETRIES + 1):
         try:
             return runner.execute_job(job_id, settings, actor=f"embedded:{socket.gethostname()}")
         except runner.TRANSIENT:
-            if attempt == MAX_TRANSIENT_RETRIES:
+            if retry == runner.MAX_RETRIES:
                 raise
-            time.sleep(2**attempt)
+            time.sleep(runner.retry_delay(retry))
     raise AssertionError("unreachable")
 
 
@@ -68,15 +68,9 @@ class EmbeddedExecutor:
     def start(self) -> None:
         with self._lock:
             self._pool = self._new_pool()
-        ctx = runner.context(self.settings)
-        self._heartbeat = runner.Heartbeat(ctx, self.hostname, "cpu,gpu").start()
-        with ctx.sessions() as s:
-            pending = s.scalars(
-                select(Job.id)
-                .where(Job.state.in_([JobState.queued.value, JobState.running.value]))
-                .order_by(Job.created_at)
-            ).all()
-        for job_id in pending:
+        store = runner.store_for(self.settings)
+        self._heartbeat = runner.Heartbeat(store, self.hostname, "cpu,gpu").start()
+        for job_id in records.pending_jobs(store):
             log.info("resuming job %s left over by a previous run", job_id)
             self.submit(job_id, queue="")
 
@@ -106,21 +100,12 @@ class EmbeddedExecutor:
             self._fail_if_repeated(job_id)
 
     def _fail_if_repeated(self, job_id: str) -> None:
-        ctx = runner.context(self.settings)
-        with ctx.sessions() as s:
-            job = s.get(Job, job_id)
-            attempts = job.attempts if job is not None else 0
-        if attempts < 3:
+        store = runner.store_for(self.settings)
+        if records.attempts(store, job_id) < MAX_PROCESS_DEATHS:
             self.submit(job_id, queue="")
         else:
-            from clgate.store.db import audit, session_scope
-
-            with session_scope(ctx.sessions) as s:
-                job = s.get(Job, job_id)
-                if job is not None and not JobState(job.state).terminal:
-                    job.state, job.error = JobState.failed.value, "the job's process died 3 times"
-                    job.finished_at = runner.utcnow()
-                    audit(s, self.hostname, "job.failed", "job", job_id, error=job.error)
+            error = f"the job's process died {MAX_PROCESS_DEATHS} times"
+            records.finish(store, job_id, JobState.failed, error=error, actor=self.hostname)
 
     def shutdown(self) -> None:
         if self._heartbeat is not None:

@@ -6,6 +6,7 @@ import logging
 
 from celery import signals
 
+from clgate.store import reset_after_fork
 from clgate.workers import runner
 from clgate.workers.app import TASK_NAME, app
 
@@ -19,9 +20,9 @@ log = logging.getLogger("clgate.worker")
     reject_on_worker_lost=True,
     autoretry_for=runner.TRANSIENT,
     retry_backoff=True,
-    retry_backoff_max=120,
+    retry_backoff_max=runner.RETRY_BACKOFF_MAX_S,
     retry_jitter=True,
-    max_retries=5,
+    max_retries=runner.MAX_RETRIES,
 )
 def run_job(self, job_id: str) -> str:
     """Run job ``job_id`` (all its inputs are in the store); idempotent, so redelivery is safe."""
@@ -37,17 +38,17 @@ def _start_heartbeat(sender=None, **_: object) -> None:
     global _heartbeat
     from clgate.store.db import wait_for_schema
 
-    ctx = runner.context()
-    wait_for_schema(ctx.sessions.kw["bind"])
+    store = runner.store_for()
+    wait_for_schema(store.engine)
     # the sender is the worker's consumer: its hostname and the queues it consumes
     queues = ",".join(sorted(q.name for q in sender.app.amqp.queues.consume_from.values()))
-    _heartbeat = runner.Heartbeat(ctx, sender.hostname, queues or "gpu,cpu").start()
+    _heartbeat = runner.Heartbeat(store, sender.hostname, queues or "gpu,cpu").start()
 
 
 @signals.worker_process_init.connect
 def _fresh_connections(**_: object) -> None:
     """Each pool process opens its own database connections (a replacement child is forked after start)."""
-    runner.reset_after_fork()
+    reset_after_fork()
 
 
 @signals.worker_shutdown.connect

@@ -32,15 +32,12 @@ def _settings(data_dir: Path | None = None, **overrides):
 
 def _sessions(settings, *, migrate: bool = True):
     """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job has."""
-    from clgate.store.db import make_engine, make_sessionmaker, upgrade, wait_for_schema
+    from clgate.store import open_store
+    from clgate.store.db import wait_for_schema
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    url = settings.resolved_database_url()
-    if migrate:
-        upgrade(url)
-    engine = make_engine(url)
-    wait_for_schema(engine, timeout_s=120)
-    return make_sessionmaker(engine)
+    store = open_store(settings, migrate=migrate)
+    wait_for_schema(store.engine, timeout_s=120)
+    return store.sessions
 
 
 def serve(
@@ -133,13 +130,12 @@ def keys_create(
 @db_app.command("upgrade")
 def db_upgrade(data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR).")) -> None:
     """Apply the database migrations (run once per release before the API and workers start)."""
-    from clgate.store.db import current_revision, make_engine, upgrade
+    from clgate.store import open_store
+    from clgate.store.db import current_revision
 
-    settings = _settings(data_dir)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    url = settings.resolved_database_url()
-    upgrade(url)
-    typer.echo(f"database at revision {current_revision(make_engine(url))}")
+    store = open_store(_settings(data_dir), migrate=True)
+    typer.echo(f"database at revision {current_revision(store.engine)}")
+    store.close()
 
 
 def register(app: typer.Typer) -> None:

@@ -1,4 +1,67 @@
-"""Persistence shared by the API and the workers: SQL records and the content-addressed artifact store.
+"""The record store shared by the workers and the API: SQL records, migrations, the artifact store, settings.
 
-This package imports no FastAPI: workers use it to load a job and store its results.
+:func:`open_store` is the one way to open it (database engine, sessions, artifact folder for some settings);
+:mod:`clgate.store.jobs` holds the queries that claim, progress, finish and record jobs. Nothing here
+imports FastAPI or Celery.
 """
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from clgate.store.artifacts import ArtifactStore
+    from clgate.store.settings import Settings
+
+
+@dataclass
+class Store:
+    """An open record store: settings, database engine, session factory and artifact store."""
+
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    artifacts: ArtifactStore
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_store(settings: Settings, *, migrate: bool = False) -> Store:
+    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``)."""
+    from clgate.store.artifacts import ArtifactStore
+    from clgate.store.db import make_engine, make_sessionmaker, upgrade
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    url = settings.resolved_database_url()
+    if migrate:
+        upgrade(url)
+    engine = make_engine(url)
+    return Store(settings, engine, make_sessionmaker(engine), ArtifactStore(settings.artifact_dir))
+
+
+_shared: dict[str, Store] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_store(settings: Settings) -> Store:
+    """This process's store for ``settings``, opened once (workers run many jobs on one connection pool)."""
+    key = settings.model_dump_json()
+    with _shared_lock:
+        store = _shared.get(key)
+        if store is None:
+            store = _shared[key] = open_store(settings)
+        return store
+
+
+def reset_after_fork() -> None:
+    """In a forked process: drop the parent's pooled connections (never shared across a fork)."""
+    with _shared_lock:
+        for store in _shared.values():
+            store.engine.dispose(close=False)
+        _shared.clear()

@@ -44,8 +44,8 @@ from clgate.store.models import (
     as_utc,
     utcnow,
 )
-from clgate.workers import core
-from clgate.workers.specs import check_paths, find_refs, resolve_refs
+from clgate.schemas.job import JobSpec, JobSpecError
+from clgate.store.refs import check_paths, find_refs, resolve_refs
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -117,8 +117,8 @@ def _check_spec(session: Session, store: ArtifactStore, body: JobCreate) -> dict
     if problems:
         raise ApiError(422, problems[0], problems=problems)
     try:
-        core.parse_job_spec(resolve_refs(spec, lambda digest: str(store.path(digest))))
-    except core.InputProblem as exc:
+        JobSpec.parse(resolve_refs(spec, lambda digest: str(store.path(digest))))
+    except JobSpecError as exc:
         problems = [f"spec.{p}" for p in exc.problems]
         raise ApiError(422, problems[0], problems=problems) from None
     return spec

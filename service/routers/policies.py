@@ -16,7 +16,7 @@ from clgate.service.deps import Approver, SessionDep, Viewer, actor
 from clgate.service.errors import ApiError
 from clgate.store.db import audit
 from clgate.store.models import Policy
-from clgate.workers import core
+from clgate.policy import PolicyError, parse_policy
 
 router = APIRouter(prefix="/policies", tags=["policies"])
 
@@ -39,8 +39,8 @@ def find(session: Session, ref: PolicyRef) -> Policy:
                         409: {"description": "That name and version exist with other content"}})
 def create_policy(document: Annotated[dict[str, Any], Body()], session: SessionDep, key: Approver):
     try:
-        policy = core.parse_policy(document)
-    except core.InputProblem as exc:
+        policy = parse_policy(document)
+    except PolicyError as exc:
         raise ApiError(422, "invalid policy: " + exc.problems[0], problems=exc.problems) from None
     canonical = policy.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

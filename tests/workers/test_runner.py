@@ -22,7 +22,7 @@ def store(tmp_path):
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
-    ctx = runner.context(settings)
+    ctx = runner.store_for(settings)
     return settings, ctx
 
 
@@ -40,7 +40,7 @@ def _job(ctx, *, logs: list[str], policy: dict, **fields) -> str:
 def _log_ref(ctx, example_log: bytes) -> str:
     from clgate.store.models import Artifact
 
-    stored = ctx.store.put_bytes(example_log)
+    stored = ctx.artifacts.put_bytes(example_log)
     with session_scope(ctx.sessions) as s:
         if s.get(Artifact, stored.sha256) is None:
             s.add(Artifact(sha256=stored.sha256, size=stored.size, kind="log"))
@@ -82,7 +82,7 @@ def test_two_concurrent_deliveries_make_one_decision(store, example_log):
 
 def test_bad_log_fails_the_job_with_a_reason(store):
     settings, ctx = store
-    bad = ctx.store.put_bytes(b'{"format": "clgate.evaluation-log/v1", "tasks": [], "points": []}').sha256
+    bad = ctx.artifacts.put_bytes(b'{"format": "clgate.evaluation-log/v1", "tasks": [], "points": []}').sha256
     from clgate.store.models import Artifact
 
     with session_scope(ctx.sessions) as s:
@@ -174,7 +174,7 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
     settings = Settings(data_dir=tmp_path / "data", job_soft_time_limit_s=2, job_time_limit_s=3)
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
-    ctx = runner.context(settings)
+    ctx = runner.store_for(settings)
     spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
             "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 50}, "device": "cpu"}
     with session_scope(ctx.sessions) as s:
@@ -199,7 +199,7 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
 
     with ctx.sessions() as s:
         sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id))
-    assert EvaluationLog.load(ctx.store.path(sha)).partial
+    assert EvaluationLog.load(ctx.artifacts.path(sha)).partial
     assert _decisions(ctx, job_id) == 0
 
 
@@ -210,7 +210,7 @@ def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
-    ctx = runner.context(settings)
+    ctx = runner.store_for(settings)
     job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
                   state="running", attempts=1)
     executor = EmbeddedExecutor(settings)
@@ -273,7 +273,7 @@ def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(tmp_
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
-    ctx = runner.context(settings)
+    ctx = runner.store_for(settings)
     job_id = _long_job(ctx)
     executor = EmbeddedExecutor(settings)
     executor.start()
@@ -310,7 +310,7 @@ def test_embedded_job_process_exits_when_the_api_process_dies(tmp_path):
     settings = Settings(data_dir=tmp_path / "data")
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
-    ctx = runner.context(settings)
+    ctx = runner.store_for(settings)
     job_id = _long_job(ctx)
     script = (
         "import sys, time\n"
