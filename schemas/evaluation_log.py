@@ -22,18 +22,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from clgate.schemas.errors import InputError, loc_to_path, problems_of
+
+__all__ = ["FORMAT", "EvalPoint", "EvaluationLog", "EvaluationLogError", "TaskResources", "loc_to_path"]
+
 FORMAT = "clgate.evaluation-log/v1"
 MAX_REPORTED_PROBLEMS = 20
 
 
-class EvaluationLogError(ValueError):
+class EvaluationLogError(InputError):
     """A log that breaks the contract; ``problems`` lists one ``path: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid evaluation log" if source else "invalid evaluation log"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "evaluation log"
 
 
 class EvalPoint(BaseModel):
@@ -267,7 +267,7 @@ class EvaluationLog(BaseModel):
                 return cls.from_jsonl(raw.decode("utf-8"))
             return cls.model_validate_json(raw)
         except ValidationError as exc:
-            raise EvaluationLogError(format_validation_error(exc), str(path)) from None
+            raise EvaluationLogError(problems_of(exc), str(path)) from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise EvaluationLogError([str(exc)], str(path)) from None
 
@@ -279,7 +279,7 @@ class EvaluationLog(BaseModel):
                 return cls.model_validate(data)
             return cls.model_validate_json(data)
         except ValidationError as exc:
-            raise EvaluationLogError(format_validation_error(exc), source) from None
+            raise EvaluationLogError(problems_of(exc), source) from None
 
     @classmethod
     def from_jsonl(cls, text: str) -> "EvaluationLog":
@@ -337,27 +337,3 @@ def _lengths_ok(p: EvalPoint, n_classes: int) -> bool:
 def _short(values: list[Any], limit: int = 8) -> str:
     shown = ", ".join(str(v) for v in values[:limit])
     return shown + (f", … ({len(values)} in all)" if len(values) > limit else "")
-
-
-def loc_to_path(loc: tuple[int | str, ...]) -> str:
-    """``("points", 12, "correct", 3)`` → ``points[12].correct[3]``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def format_validation_error(exc: ValidationError) -> list[str]:
-    """One ``path: reason`` line per pydantic error (our own contract checks already carry their path)."""
-    lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        path = loc_to_path(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "value_error" and not path:
-            lines.extend(msg.splitlines())
-        else:
-            lines.append(f"{path}: {msg}" if path else msg)
-    return lines

@@ -31,17 +31,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from clgate.schemas.errors import InputError, problems_of
+
 JOB_FORMAT = "clgate.job/v1"
 
 
-class JobSpecError(ValueError):
+class JobSpecError(InputError):
     """A job specification that cannot be used; ``problems`` lists one ``field: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid job specification" if source else "invalid job specification"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "job specification"
 
 
 class _Strict(BaseModel):
@@ -424,15 +422,7 @@ def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str])
 
 
 def _problems(exc: ValidationError) -> list[str]:
-    lines = []
-    for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
-        path = ""
-        for part in loc:
-            path += f"[{part}]" if isinstance(part, int) else ("." if path else "") + str(part)
-        msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{path}: {msg}" if path else msg)
-    return lines
+    return problems_of(exc, tags={"data": _DATA_KINDS})
 
 
-_UNION_TAGS = {"digits", "npz", "image_folder", "synthetic"}  # discriminator tags in error locations
+_DATA_KINDS = ("digits", "npz", "image_folder", "synthetic")  # the tags of the data union in error locations

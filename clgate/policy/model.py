@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError, model_validator
 
+from clgate.schemas.errors import InputError
 from clgate.schemas.policy import (
     BaselineRule,
     MetricRule,
@@ -23,14 +24,10 @@ LCB_METRICS = {"mica": "mica_lcb"}
 _WINDOWED = re.compile(r"^w[fp](\d+)$")
 
 
-class PolicyError(ValueError):
+class PolicyError(InputError):
     """A policy that cannot be used; ``problems`` lists one ``path: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid policy" if source else "invalid policy"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "policy"
 
 
 def _suggest(name: str, known: list[str]) -> str:
