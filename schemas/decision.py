@@ -12,10 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from clgate.schemas.fmeca import FmecaWorksheet
+from clgate.schemas.vocab import Verdict, exit_code
 
 DECISION_FORMAT = "clgate.decision/v1"
 
-Verdict = Literal["PASS", "WARN", "FAIL", "ERROR"]
 RuleStatus = Literal["pass", "warn", "fail", "error"]
 
 
@@ -98,4 +98,4 @@ class Decision(BaseModel):
     @property
     def exit_code(self) -> int:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (the CLI adds --fail-on-warn)."""
-        return {"PASS": 0, "WARN": 0, "FAIL": 1, "ERROR": 2}[self.verdict]
+        return exit_code(self.verdict)

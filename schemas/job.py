@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.vocab import EngineMode
 
 JOB_FORMAT = "clgate.job/v1"
 
@@ -262,7 +263,7 @@ class JobSpec(_Strict):
     """
 
     format: Literal["clgate.job/v1"] = JOB_FORMAT
-    mode: Literal["retrain", "evaluate"] = "retrain"
+    mode: EngineMode = "retrain"
     data: DataSpec
     scenario: ScenarioSpec
     model: ModelSpec = Field(default_factory=lambda: ModelSpec(arch="mlp"))

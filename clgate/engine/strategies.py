@@ -454,7 +454,7 @@ def available_strategies() -> dict[str, type[Strategy]]:
     found = dict(BUILTIN_STRATEGIES)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in BUILTIN_STRATEGIES:
-            continue  # our own table in pyproject.toml lists the built-ins
+            continue  # the built-ins are registered once, above; a plugin cannot replace one
         try:
             cls = ep.load()
         except Exception as exc:

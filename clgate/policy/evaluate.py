@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
+from clgate.fmt import fmt_short
 from clgate.schemas.decision import RuleResult
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import ClassStats, MetricsResult
+from clgate.schemas.vocab import Verdict
 from clgate.schemas.policy import (
     PRIORITY_RANK,
     BaselineRule,
@@ -57,8 +59,6 @@ def _seed(result: MetricsResult, run: int) -> Any:
     return result.meta.get("seed", run)
 
 
-def _fmt(x: float | None) -> str:
-    return "null" if x is None else f"{x:.4g}"
 
 
 def _task_evidence(result: MetricsResult, metric: str, pos: int | None) -> Any:
@@ -181,7 +181,7 @@ def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
     where = f" at task {k + 1}" if per_task else ""
     seed = f", seed {evidence['seed']}" if "seed" in evidence and len(runs) > 1 else ""
     ok = m >= -TOLERANCE
-    message = f"{source}{where}{seed} = {_fmt(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
+    message = f"{source}{where}{seed} = {fmt_short(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
     return _Judged(v, thr, cmp, m, evidence, message)
 
 
@@ -271,7 +271,7 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
     at_iter = f" at iteration {iteration}" if iteration is not None else ""
     ok = margin >= -TOLERANCE
     message = (
-        f"worst class {stats.name!r}: {what}{bound} {_fmt(value)}{at_iter} "
+        f"worst class {stats.name!r}: {what}{bound} {fmt_short(value)}{at_iter} "
         f"({'meets' if ok else 'violates'} >= {rule.floor:g}"
         + (f"; {len(failing)} class(es) below" if failing else "")
         + ")"
@@ -341,7 +341,7 @@ def _judge_baseline(
     unit = " (relative)" if rule.relative else ""
     ok = margin >= -TOLERANCE
     message = (
-        f"{subject}: {_fmt(evidence['baseline'])} → {_fmt(evidence['candidate'])}, drop {_fmt(drop)}{unit} "
+        f"{subject}: {fmt_short(evidence['baseline'])} → {fmt_short(evidence['candidate'])}, drop {fmt_short(drop)}{unit} "
         f"({'within' if ok else 'exceeds'} {rule.max_drop:g})"
     )
     return _Judged(drop, rule.max_drop, "<=", margin, evidence, message)
@@ -447,7 +447,7 @@ def evaluate_rules(
     return results
 
 
-def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> str:
+def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> Verdict:
     """ERROR over FAIL over WARN over PASS.
 
     >>> verdict_of([]), verdict_of([], ["bad log"])
