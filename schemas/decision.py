@@ -7,14 +7,14 @@ same logs, policy and baseline give the same decision (``provenance`` is whateve
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.vocab import Verdict, exit_code
 
-DECISION_FORMAT = "clgate.decision/v1"
+DECISION_FORMAT: Final = "clgate.decision/v1"
 
 RuleStatus = Literal["pass", "warn", "fail", "error"]
 

@@ -18,7 +18,7 @@ import json
 import math
 import operator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -26,7 +26,7 @@ from clgate.schemas.errors import InputError, loc_to_path, problems_of
 
 __all__ = ["FORMAT", "EvalPoint", "EvaluationLog", "EvaluationLogError", "TaskResources", "loc_to_path"]
 
-FORMAT = "clgate.evaluation-log/v1"
+FORMAT: Final = "clgate.evaluation-log/v1"
 MAX_REPORTED_PROBLEMS = 20
 
 

@@ -27,14 +27,14 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from clgate.schemas.errors import InputError, problems_of
 from clgate.schemas.vocab import EngineMode
 
-JOB_FORMAT = "clgate.job/v1"
+JOB_FORMAT: Final = "clgate.job/v1"
 
 
 class JobSpecError(InputError):

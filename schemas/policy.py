@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -44,7 +44,7 @@ from pydantic import (
 
 from clgate.schemas.errors import problems_of
 
-POLICY_FORMAT = "clgate.policy/v1"
+POLICY_FORMAT: Final = "clgate.policy/v1"
 
 Severity = Literal["block", "warn"]
 OverRuns = Literal["mean", "worst"]

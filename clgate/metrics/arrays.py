@@ -162,6 +162,8 @@ class LogArrays:
             task_start_idx[point_task[first]] = first
 
         with_counts = [p.correct is not None for p in points]
+        correct: np.ndarray | None
+        total: np.ndarray | None
         if all(with_counts):
             correct = _matrix((p.correct for p in points), n_points, n_classes, np.int64)
             total = _matrix((p.total for p in points), n_points, n_classes, np.int64)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -199,7 +199,7 @@ def _class_stats(
     if a.correct is not None and a.total is not None and F:
         rows = np.maximum(low_point, 0)
         low_lcb = wilson_interval(a.correct[rows, np.arange(C)], a.total[rows, np.arange(C)], confidence=confidence)[0]
-    counts = a.correct is not None and a.total is not None and F
+    correct, total = (a.correct, a.total) if F else (None, None)
     e = int(a.task_end_idx[-1]) if F else -1
     stats = []
     for c in range(C):  # building output records, one per class (not a metric hot path)
@@ -208,8 +208,8 @@ def _class_stats(
         stats.append(ClassStats(
             id=c, name=a.class_names[c], task=int(a.class_task[c]) + 1,
             final_accuracy=_num(final[c]) if ok else None,
-            final_correct=int(a.correct[e, c]) if ok and counts else None,
-            final_total=int(a.total[e, c]) if ok and counts else None,
+            final_correct=int(correct[e, c]) if ok and correct is not None and total is not None else None,
+            final_total=int(total[e, c]) if ok and correct is not None and total is not None else None,
             final_lcb=_num(lcb_final[c]) if ok and lcb_final is not None else None,
             min_after_learned=float(low[c]) if has_low else None,
             min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
@@ -246,7 +246,7 @@ def compute_runs(
     """
     if isinstance(logs, (EvaluationLog, LogArrays)) or len(logs) == 0:
         raise ValueError("logs: give a non-empty sequence of logs (one per run)")
-    options = {"task_accuracy": task_accuracy, "windows": windows, "weights": weights, "epsilon": epsilon,
+    options: dict[str, Any] = {"task_accuracy": task_accuracy, "windows": windows, "weights": weights, "epsilon": epsilon,
                    "baseline": baseline, "confidence": confidence}
     arrays = [_arrays(log, task_accuracy, f"logs[{i}]") for i, log in enumerate(logs)]
     first = arrays[0]
@@ -286,9 +286,9 @@ def compute_runs(
 
 def _aggregate(metric_id: str, values: list[MetricValue], runs: list[MetricsResult]) -> tuple[Aggregate, str]:
     per_task = isinstance(values[0], list)
-    rows = [v if per_task else [v] for v in values]
+    rows = [cast("list[Any]", v) if per_task else [v] for v in values]
     x = np.array([[np.nan if e is None else e for e in row] for row in rows], dtype=float)
-    defined = ~np.isnan(x).any(axis=0)
+    defined: np.ndarray = ~np.isnan(x).any(axis=0)
     n = x.shape[0]
     higher = metric_info(metric_id).higher_is_better
     with np.errstate(invalid="ignore"):

@@ -224,7 +224,7 @@ def samples_storage_efficiency(buffer_bytes: np.ndarray, train_bytes: np.ndarray
     total = float(np.sum(train_bytes))
     if total <= 0:
         return float("nan")
-    return float(1.0 - min(1.0, np.mean(np.asarray(buffer_bytes, dtype=float) / total)))
+    return float(1.0 - min(1.0, float(np.mean(np.asarray(buffer_bytes, dtype=float) / total))))
 
 
 def computational_efficiency(ops_pass: np.ndarray, ops_train: np.ndarray, *, epsilon: float = 1.0) -> float:

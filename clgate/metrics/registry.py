@@ -22,7 +22,7 @@ from functools import partial
 from typing import Literal
 
 from clgate.metrics import steps
-from clgate.metrics.steps import NEED_REASONS, MetricContext, Outcome
+from clgate.metrics.steps import NEED_REASONS, Outcome
 
 Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
 NEEDS: frozenset[str] = frozenset({"counts", "future_tasks", "resources", "runs", "baseline", "continual"})
@@ -48,7 +48,7 @@ class MetricInfo:
     higher_is_better: bool
     needs: frozenset[str]
     description: str
-    compute: Callable[[MetricContext], Outcome] | None = field(default=None, compare=False, repr=False)
+    compute: Callable[..., Outcome] | None = field(default=None, compare=False, repr=False)
     """The function of :mod:`clgate.metrics.steps` that computes the id (None: only :func:`compute_runs`)."""
     min_tasks: int = 0
     """Fewest finished tasks the value needs; below it the value is null and the reason says so

@@ -112,7 +112,7 @@ class MetricContext:
         return self.a.finished_tasks
 
     @cached_property
-    def Rf(self) -> np.ndarray:  # noqa: N802 (the spec's name of the task-end matrix)
+    def Rf(self) -> np.ndarray:  # the spec's name of the task-end matrix
         F = self.a.finished_tasks
         return self.a.R[:F, :F]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
 from clgate.fmt import fmt_short
-from clgate.schemas.decision import RuleResult
+from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import ClassStats, MetricsResult
 from clgate.schemas.vocab import Verdict
@@ -221,7 +221,7 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         raise RuleError("no per-class statistics in the metrics result")
     picked = _select_classes(rule, classes)
     n_tasks = runs[0].n_tasks
-    rows = []  # (value, class, run, iteration)
+    rows: list[tuple[float, int, int | None, int | None]] = []  # (value, class, run, iteration)
     skipped = []
     for c in picked:
         vals = [_class_value(r.classes[c], rule.at, rule.bound) for r in runs]
@@ -235,11 +235,12 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             ):
                 raise RuleError(f"class {stats.name!r}: wilson95 needs correct/total counts in the log")
             raise RuleError(f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)")
+        known = [v for v, _ in vals if v is not None]  # all of them: a None raised above
         if rule.over_runs == "mean":
-            rows.append((sum(v for v, _ in vals) / len(vals), c, None, None))  # type: ignore[misc]
+            rows.append((sum(known) / len(known), c, None, None))
         else:
-            j = min(range(len(vals)), key=lambda i: (vals[i][0], i))
-            rows.append((vals[j][0], c, j, vals[j][1]))
+            j = min(range(len(known)), key=lambda i: (known[i], i))
+            rows.append((known[j], c, j, vals[j][1]))
     if not rows:
         raise RuleError(
             f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task and have "
@@ -284,6 +285,8 @@ def _judge_baseline(
 ) -> _Judged:
     if base is None:
         raise RuleError("needs a baseline run (--baseline LOG)")
+    b_val: float | None
+    c_val: float | None
     if rule.baseline == "classes":
         if len(base.classes) != len(runs[0].classes) or any(
             a.name != b.name for a, b in zip(base.classes, runs[0].classes)
@@ -291,15 +294,17 @@ def _judge_baseline(
             raise RuleError("the baseline's classes differ from the candidate's")
         drops = []
         for c, b in enumerate(base.classes):
-            cand = [r.classes[c].final_accuracy for r in runs]
-            if b.final_accuracy is None or any(v is None for v in cand):
+            finals = [r.classes[c].final_accuracy for r in runs]
+            cand = [v for v in finals if v is not None]
+            if b.final_accuracy is None or len(cand) < len(finals):
                 raise RuleError(f"class {b.name!r}: final accuracy unknown in the candidate or the baseline")
+            run: int | None
             if rule.over_runs == "mean":
-                v, run = sum(cand) / len(cand), None  # type: ignore[arg-type]
+                v, run = sum(cand) / len(cand), None
             else:
-                run = min(range(len(cand)), key=lambda i: (cand[i], i))  # type: ignore[arg-type]
+                run = min(range(len(cand)), key=lambda i: (cand[i], i))
                 v = cand[run]
-            drop = b.final_accuracy - v  # type: ignore[operator]
+            drop = b.final_accuracy - v
             if rule.relative:
                 if b.final_accuracy == 0:
                     drop = 0.0  # nothing to lose: a class at 0 in the baseline cannot drop
@@ -430,7 +435,7 @@ def evaluate_rules(
             results.append(RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}"))
             continue
         passed = judged.margin >= -TOLERANCE
-        status = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
+        status: RuleStatus = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
         results.append(
             RuleResult(
                 **base,
