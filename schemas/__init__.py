@@ -3,6 +3,8 @@
 from clgate.schemas.errors import InputError, loc_to_path, problems_of
 from clgate.schemas.evaluation_log import (
     FORMAT as EVALUATION_LOG_FORMAT,
+)
+from clgate.schemas.evaluation_log import (
     EvalPoint,
     EvaluationLog,
     EvaluationLogError,

@@ -14,8 +14,10 @@ those lines, the same way everywhere.
 ...     Point.model_validate({"task": "one", "correct": [1, "x"]})
 ... except ValidationError as exc:
 ...     err = InputError(problems_of(exc), source="log.json")
->>> err.problems
-['task: Input should be a valid integer, unable to parse string as an integer', 'correct[1]: Input should be a valid integer, unable to parse string as an integer']
+>>> for line in err.problems:
+...     print(line)
+task: Input should be a valid integer, unable to parse string as an integer
+correct[1]: Input should be a valid integer, unable to parse string as an integer
 >>> print(InputError(["points[3].task: must be ≥ 1"], what="evaluation log"))
 invalid evaluation log
   points[3].task: must be ≥ 1

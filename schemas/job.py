@@ -200,7 +200,9 @@ class TrainingSpec(_Strict):
     iterations: Annotated[int, Field(ge=1)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
     save_final: bool = Field(
-        False, description="Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
+        False, description=(
+            "Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
+        )
     )
 
 

@@ -230,7 +230,7 @@ def _ap_rows() -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int], 
     rows = []
     for s_band, by_o in table.items():
         for o_band, aps in by_o.items():
-            for d_band, ap in zip(d_bands, aps):
+            for d_band, ap in zip(d_bands, aps, strict=True):
                 rows.append((s_band, o_band, d_band, name[ap]))
     return rows
 

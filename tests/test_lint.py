@@ -1,4 +1,4 @@
-"""ruff's lint rules (the explicit selection in pyproject.toml) and ruff's formatting hold on the repository."""
+"""ruff's lint rules (the explicit selection in pyproject.toml) and its formatting hold on the repository."""
 
 from __future__ import annotations
 

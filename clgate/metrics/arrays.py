@@ -72,7 +72,8 @@ def task_accuracy_matrix(
     >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])]).round(4).tolist()
     [[0.75, nan], [0.6, 0.3]]
     >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])], mode="micro",
-    ...     correct=np.array([[9, 1, 0], [8, 4, 3]]), total=np.array([[9, 2, 0], [10, 10, 10]])).round(4).tolist()
+    ...     correct=np.array([[9, 1, 0], [8, 4, 3]]),
+    ...     total=np.array([[9, 2, 0], [10, 10, 10]])).round(4).tolist()
     [[0.9091, nan], [0.6, 0.3]]
     """
     order = np.concatenate(tasks)

@@ -111,7 +111,7 @@ def compute_metrics(
         unmet = next((need for need in steps.NEED_REASONS if need in info.own_needs and not ctx.has(need)), None)
         if unmet is not None:
             outcome = steps.Outcome(None, reason=steps.NEED_REASONS[unmet])
-        elif F < info.min_tasks:
+        elif info.min_tasks > F:
             outcome = steps.Outcome(None, reason=steps.too_few_tasks(F, info.min_tasks))
         else:
             assert info.compute is not None, metric_id  # only cl_stability has none, and it needs runs
@@ -123,7 +123,7 @@ def compute_metrics(
         ctx.metrics[metric_id] = value
         if _is_null(value):
             ctx.reasons[metric_id] = outcome.reason or (
-                ("undefined for this log" if info.shape == "scalar" else _per_task_reason(F))
+                "undefined for this log" if info.shape == "scalar" else _per_task_reason(F)
             )
         if outcome.evidence is not None:
             ctx.evidence[metric_id] = outcome.evidence
@@ -252,7 +252,7 @@ def compute_runs(
     first = arrays[0]
     for i, x in enumerate(arrays[1:], start=1):
         if x.n_classes != first.n_classes or any(
-            len(t) != len(u) or np.any(t != u) for t, u in zip(x.tasks, first.tasks)
+            len(t) != len(u) or np.any(t != u) for t, u in zip(x.tasks, first.tasks, strict=False)
         ) or x.n_tasks != first.n_tasks:
             raise ValueError(f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s")
     runs = [compute_metrics(x, **options) for x in arrays]
@@ -297,7 +297,7 @@ def _aggregate(metric_id: str, values: list[MetricValue], runs: list[MetricsResu
         worst = x.min(axis=0) if higher else x.max(axis=0)
 
     def pack(v: np.ndarray) -> MetricValue:
-        cells = [_num(e) if d else None for e, d in zip(v, defined)]
+        cells = [_num(e) if d else None for e, d in zip(v, defined, strict=True)]
         return cells if per_task else cells[0]
 
     reason = ""

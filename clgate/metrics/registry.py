@@ -26,7 +26,7 @@ from clgate.metrics.steps import NEED_REASONS, Outcome
 
 Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
 NEEDS: frozenset[str] = frozenset({"counts", "future_tasks", "resources", "runs", "baseline", "continual"})
-assert NEEDS == {*NEED_REASONS, "continual"}
+assert {*NEED_REASONS, "continual"} == NEEDS
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,8 @@ def metric_info(metric_id: str) -> MetricInfo:
         return replace(family, id=metric_id, name=f"{family.name} (w = {w})", compute=compute)
     known = ", ".join(REGISTRY)
     raise KeyError(
-        f"unknown metric id {metric_id!r}; known ids: {known}, and wf{{w}} / wp{{w}} for a window w ≥ 2 (e.g. wf10)"
+        f"unknown metric id {metric_id!r}; known ids: {known}, "
+        "and wf{w} / wp{w} for a window w ≥ 2 (e.g. wf10)"
     )
 
 

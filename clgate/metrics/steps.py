@@ -103,7 +103,7 @@ class MetricContext:
         F = self.a.finished_tasks
         return [
             {**self.cls(c), "value": num(v)} if k < F and c >= 0 else None
-            for k, (v, c) in enumerate(zip(worst.value, worst.cls))
+            for k, (v, c) in enumerate(zip(worst.value, worst.cls, strict=True))
         ]
 
     # ---- shared intermediates
@@ -175,7 +175,7 @@ class MetricContext:
         return [num(x) for x in self.a.r[self.a.finished_tasks - 1] - b.r[b.finished_tasks - 1]]
 
 
-# ---------------------------------------------------------------------------------------------- Konaté et al.
+# ------------------------------------------------------------------------------------------- Konaté et al.
 def acc(ctx: MetricContext) -> Outcome:
     return Outcome(ctx.acc)
 
@@ -193,7 +193,7 @@ def wamica(ctx: MetricContext) -> Outcome:
     return Outcome(fn.wamica(ctx.mica.value[: ctx.finished]), reason=NO_TASK)
 
 
-# ---------------------------------------------------------------------------------------------- Michel et al.
+# ------------------------------------------------------------------------------------------- Michel et al.
 def af(ctx: MetricContext) -> Outcome:
     return Outcome(ctx.af)
 
@@ -206,7 +206,7 @@ def raf(ctx: MetricContext) -> Outcome:
     return Outcome(fn.rescaled_average_forgetting(ctx.af, ctx.a.task_sizes))
 
 
-# ---------------------------------------------------------------------------------------------- Díaz-Rodríguez et al.
+# ----------------------------------------------------------------------------------- Díaz-Rodríguez et al.
 def bwt(ctx: MetricContext) -> Outcome:
     return Outcome(fn.backward_transfer(ctx.Rf), reason=too_few_tasks(ctx.finished, 2))
 
@@ -265,14 +265,14 @@ def ce(ctx: MetricContext) -> Outcome:
 def cl_score(ctx: MetricContext, *, criteria: Sequence[str]) -> Outcome:
     """The weighted criteria; null when a criterion with a non-zero weight is null (its reason is quoted)."""
     values = [ctx.metrics[c] for c in criteria]
-    missing = [c for c, v, wi in zip(criteria, values, ctx.weights) if v is None and wi != 0]
+    missing = [c for c, v, wi in zip(criteria, values, ctx.weights, strict=True) if v is None and wi != 0]
     if missing:
         return Outcome(None, reason="needs every criterion with a non-zero weight; null: " + ", ".join(
             f"{c} ({ctx.reasons.get(c, 'undefined')})" for c in missing))
     return Outcome(fn.cl_score(np.array([np.nan if v is None else v for v in values]), ctx.weights))
 
 
-# ---------------------------------------------------------------------------------------------- De Lange et al.
+# ----------------------------------------------------------------------------------------- De Lange et al.
 def forg(ctx: MetricContext) -> Outcome:
     return Outcome(fn.forgetting(ctx.a.R))
 
@@ -317,7 +317,7 @@ def min_class_acc(ctx: MetricContext) -> Outcome:
         points = fn.first_point_of_minimum(
             a.class_acc, a.task_end_idx, np.where(ok, minima.segment[rows, cls], -1), cls, best
         )
-        for k, c, v, p in zip(rows[ok], cls[ok], best[ok], points[ok]):  # loop over tasks: evidence records
+        for k, c, v, p in zip(rows[ok], cls[ok], best[ok], points[ok], strict=True):  # loop over tasks: evidence records
             evidence[int(k)] = {**ctx.cls(int(c)), "value": float(v), **ctx.point(int(p))}
     return Outcome(values, evidence)
 
@@ -348,7 +348,7 @@ def windowed_plasticity(ctx: MetricContext, *, window: int) -> Outcome:
     return _windowed(ctx, window, forgetting=False)
 
 
-# ---------------------------------------------------------------------------------------------- clgate extensions
+# --------------------------------------------------------------------------------------- clgate extensions
 def mica_lcb(ctx: MetricContext) -> Outcome:
     a, F = ctx.a, ctx.finished
     assert ctx.lcb is not None and a.correct is not None and a.total is not None  # need "counts" checked before
@@ -357,7 +357,7 @@ def mica_lcb(ctx: MetricContext) -> Outcome:
     evidence = [
         {**ctx.cls(c), "lcb": num(v), "correct": int(a.correct[ends[k], c]), "total": int(a.total[ends[k], c])}
         if k < F and c >= 0 else None
-        for k, (v, c) in enumerate(zip(lcb.value, lcb.cls))
+        for k, (v, c) in enumerate(zip(lcb.value, lcb.cls, strict=True))
     ]
     return Outcome(lcb.value, evidence)
 

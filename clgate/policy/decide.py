@@ -1,4 +1,5 @@
-"""From evaluation logs and a policy to a decision: compute the metrics, evaluate the rules, hash the inputs."""
+"""From evaluation logs and a policy to a decision: compute the metrics, evaluate the rules, hash the
+inputs."""
 
 from __future__ import annotations
 

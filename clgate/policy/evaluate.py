@@ -27,7 +27,6 @@ from clgate.fmt import fmt_short
 from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import ClassStats, MetricsResult
-from clgate.schemas.vocab import Verdict
 from clgate.schemas.policy import (
     PRIORITY_RANK,
     BaselineRule,
@@ -37,6 +36,7 @@ from clgate.schemas.policy import (
     parse_at,
     rule_label,
 )
+from clgate.schemas.vocab import Verdict
 
 TOLERANCE = 1e-9
 
@@ -243,8 +243,8 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             rows.append((known[j], c, j, vals[j][1]))
     if not rows:
         raise RuleError(
-            f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task and have "
-            "no evaluation after their task ended"
+            f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task "
+            "and have no evaluation after their task ended"
         )
     value, c, run, iteration = min(rows, key=lambda r: (r[0], r[1]))
     stats = classes[c]
@@ -289,7 +289,7 @@ def _judge_baseline(
     c_val: float | None
     if rule.baseline == "classes":
         if len(base.classes) != len(runs[0].classes) or any(
-            a.name != b.name for a, b in zip(base.classes, runs[0].classes)
+            a.name != b.name for a, b in zip(base.classes, runs[0].classes, strict=True)
         ):
             raise RuleError("the baseline's classes differ from the candidate's")
         drops = []
@@ -346,7 +346,8 @@ def _judge_baseline(
     unit = " (relative)" if rule.relative else ""
     ok = margin >= -TOLERANCE
     message = (
-        f"{subject}: {fmt_short(evidence['baseline'])} → {fmt_short(evidence['candidate'])}, drop {fmt_short(drop)}{unit} "
+        f"{subject}: {fmt_short(evidence['baseline'])} → {fmt_short(evidence['candidate'])}, "
+        f"drop {fmt_short(drop)}{unit} "
         f"({'within' if ok else 'exceeds'} {rule.max_drop:g})"
     )
     return _Judged(drop, rule.max_drop, "<=", margin, evidence, message)
@@ -386,7 +387,8 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
         "modes_at_or_over_limit": len(over),
     }
     message = (
-        f"highest RPN {rpn} (class {top.class_name!r}, S={top.severity} O={evidence['O']} D={top.detection}); "
+        f"highest RPN {rpn} (class {top.class_name!r}, "
+        f"S={top.severity} O={evidence['O']} D={top.detection}); "
         f"{len(over)} mode(s) at or over {rule.limit}"
     )
     # RPN is an integer: "RPN < limit" is "RPN <= limit - 1", so the margin is >= 0 exactly when it passes

@@ -1,4 +1,5 @@
-"""Loading a policy: the structure from ``clgate.schemas.policy`` plus the checks that need the metric registry."""
+"""Loading a policy: the structure from ``clgate.schemas.policy`` plus the checks that need the metric
+registry."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def registry_problems(policy: PolicySchema) -> list[str]:
         try:
             info = metric_info(metric)
         except KeyError:
-            choices = known + ["classes"] if field == "baseline" else known
+            choices = [*known, "classes"] if field == "baseline" else known
             problems.append(f"{where}.{field}: unknown metric id {metric!r}{_suggest(metric, choices)}")
             continue
         if info.shape == "scalar" and rule.at != "final":
