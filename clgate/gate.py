@@ -7,29 +7,12 @@ decision itself is :func:`clgate.policy.decide` (pure), the files come from :mod
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from clgate.policy import Policy, evaluate
-from clgate.schemas.decision import Decision
+from clgate.policy import GateResult, Policy, evaluate
 from clgate.schemas.evaluation_log import EvaluationLog
-from clgate.schemas.metrics import MetricsResult, RunsResult
 
 __all__ = ["GateResult", "gate_logs"]
-
-
-@dataclass
-class GateResult:
-    """The decision, the metrics it was made from, and the files written (empty without ``out_dir``)."""
-
-    decision: Decision
-    metrics: RunsResult | None = None
-    baseline_metrics: MetricsResult | None = None
-    files: dict[str, Path] = field(default_factory=dict)
-
-    @property
-    def verdict(self) -> str:
-        return self.decision.verdict
 
 
 def gate_logs(
@@ -43,13 +26,12 @@ def gate_logs(
     """Decide on ``logs`` (several logs = several seeds of one job) and, with ``out_dir``, write
     ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``.
     """
-    ev = evaluate(logs, policy, baseline=baseline, provenance=provenance)
-    result = GateResult(ev.decision, ev.metrics, ev.baseline_metrics)
+    result = evaluate(logs, policy, baseline=baseline, provenance=provenance)
     if out_dir is not None:
         from clgate.reports import write_reports
 
         result.files = write_reports(
-            ev.decision, Path(out_dir), metrics=ev.metrics, baseline_metrics=ev.baseline_metrics,
+            result.decision, Path(out_dir), metrics=result.metrics, baseline_metrics=result.baseline_metrics,
             logs=list(logs), policy=policy,
         )
     return result

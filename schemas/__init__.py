@@ -1,13 +1,14 @@
 """The contract: pydantic v2 models for everything that crosses a boundary in clgate."""
 
+from clgate.schemas.errors import InputError, loc_to_path, problems_of
 from clgate.schemas.evaluation_log import (
     FORMAT as EVALUATION_LOG_FORMAT,
+)
+from clgate.schemas.evaluation_log import (
     EvalPoint,
     EvaluationLog,
     EvaluationLogError,
     TaskResources,
-    format_validation_error,
-    loc_to_path,
 )
 
 __all__ = [
@@ -15,7 +16,8 @@ __all__ = [
     "EvalPoint",
     "EvaluationLog",
     "EvaluationLogError",
+    "InputError",
     "TaskResources",
-    "format_validation_error",
     "loc_to_path",
+    "problems_of",
 ]

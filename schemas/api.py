@@ -23,10 +23,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Mode = Literal["retrain", "evaluate", "metrics", "regate"]
-State = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
+from clgate.schemas.vocab import JobMode as Mode
+from clgate.schemas.vocab import JobStateName as State
+
 Role = Literal["viewer", "submitter", "approver", "admin"]
-Verdict = Literal["PASS", "WARN", "FAIL", "ERROR"]
 ArtifactKind = Literal["model", "data", "log", "spec", "result", "other"]
 
 ModelName = Annotated[
@@ -40,16 +41,7 @@ ModelName = Annotated[
 ]
 ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 hex digits>")]
 
-GPU_MODES = frozenset({"retrain", "evaluate"})
-
-
-def queue_for(mode: str) -> str:
-    """``gpu`` for retrain/evaluate, ``cpu`` for metrics-only and re-gating.
-
-    >>> queue_for("retrain"), queue_for("regate")
-    ('gpu', 'cpu')
-    """
-    return "gpu" if mode in GPU_MODES else "cpu"
+GPU_MODES = frozenset(ENGINE_MODES)  # the modes queued on ``gpu`` (see clgate.schemas.vocab.queue_for)
 
 
 class ErrorPublic(BaseModel):
@@ -87,7 +79,7 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["retrain", "evaluate", "metrics"]
+    mode: EngineMode | Literal["metrics"]
     model_name: ModelName
     policy: PolicyRef
     spec: dict[str, Any] | None = Field(
@@ -136,7 +128,7 @@ class JobProgress(BaseModel):
 class JobPublic(BaseModel):
     id: str
     mode: Mode
-    queue: Literal["gpu", "cpu"]
+    queue: Queue
     model_name: str
     state: State
     progress: JobProgress

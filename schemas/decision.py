@@ -7,15 +7,15 @@ same logs, policy and baseline give the same decision (``provenance`` is whateve
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from clgate.schemas.fmeca import FmecaWorksheet
+from clgate.schemas.vocab import Verdict, exit_code
 
-DECISION_FORMAT = "clgate.decision/v1"
+DECISION_FORMAT: Final = "clgate.decision/v1"
 
-Verdict = Literal["PASS", "WARN", "FAIL", "ERROR"]
 RuleStatus = Literal["pass", "warn", "fail", "error"]
 
 
@@ -98,4 +98,4 @@ class Decision(BaseModel):
     @property
     def exit_code(self) -> int:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (the CLI adds --fail-on-warn)."""
-        return {"PASS": 0, "WARN": 0, "FAIL": 1, "ERROR": 2}[self.verdict]
+        return exit_code(self.verdict)

@@ -18,22 +18,22 @@ import json
 import math
 import operator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-FORMAT = "clgate.evaluation-log/v1"
+from clgate.schemas.errors import InputError, loc_to_path, problems_of
+
+__all__ = ["FORMAT", "EvalPoint", "EvaluationLog", "EvaluationLogError", "TaskResources", "loc_to_path"]
+
+FORMAT: Final = "clgate.evaluation-log/v1"
 MAX_REPORTED_PROBLEMS = 20
 
 
-class EvaluationLogError(ValueError):
+class EvaluationLogError(InputError):
     """A log that breaks the contract; ``problems`` lists one ``path: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid evaluation log" if source else "invalid evaluation log"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "evaluation log"
 
 
 class EvalPoint(BaseModel):
@@ -112,7 +112,7 @@ class EvaluationLog(BaseModel):
 
     # ------------------------------------------------------------------ validation
     @model_validator(mode="after")
-    def _check_contract(self) -> "EvaluationLog":
+    def _check_contract(self) -> EvaluationLog:
         problems = _Problems()
         n_classes = self._check_tasks(problems)
         if n_classes is not None:
@@ -122,7 +122,7 @@ class EvaluationLog(BaseModel):
             raise ValueError(problems.text())
         return self
 
-    def _check_tasks(self, problems: "_Problems") -> int | None:
+    def _check_tasks(self, problems: _Problems) -> int | None:
         if not self.tasks:
             problems.add("tasks: at least one task is required")
             return None
@@ -151,7 +151,7 @@ class EvaluationLog(BaseModel):
                 problems.add(f"class_names: duplicate names {_short(duplicates)}")
         return None if problems else n_classes
 
-    def _check_points(self, problems: "_Problems", n_classes: int) -> None:
+    def _check_points(self, problems: _Problems, n_classes: int) -> None:
         n_tasks = len(self.tasks)
         task_end_of: dict[int, int] = {}
         previous_iteration = -1
@@ -160,8 +160,8 @@ class EvaluationLog(BaseModel):
             where = f"points[{i}]"
             if p.iteration <= previous_iteration:
                 problems.add(
-                    f"{where}.iteration: {p.iteration} is not after the previous point's {previous_iteration} "
-                    "(iterations must strictly increase)"
+                    f"{where}.iteration: {p.iteration} is not after the previous point's "
+                    f"{previous_iteration} (iterations must strictly increase)"
                 )
             previous_iteration = max(previous_iteration, p.iteration)
             if p.task > n_tasks:
@@ -208,7 +208,7 @@ class EvaluationLog(BaseModel):
             problems.add(f"points: task(s) {_short(unfinished)} have no task_end point but later tasks do")
 
     @staticmethod
-    def _check_point_values(problems: "_Problems", where: str, p: EvalPoint, n_classes: int) -> None:
+    def _check_point_values(problems: _Problems, where: str, p: EvalPoint, n_classes: int) -> None:
         if (p.correct is None) != (p.total is None):
             problems.add(f"{where}: correct and total must be given together")
             return
@@ -230,7 +230,7 @@ class EvaluationLog(BaseModel):
                     problems.add(f"{where}.{name}[{c}]: count ({values[c]}) is negative")
                     return
             if any(map(operator.gt, p.correct, p.total)):
-                c = next(c for c, (a, b) in enumerate(zip(p.correct, p.total)) if a > b)
+                c = next(c for c, (a, b) in enumerate(zip(p.correct, p.total, strict=True)) if a > b)
                 problems.add(f"{where}.correct[{c}]: correct ({p.correct[c]}) exceeds total ({p.total[c]})")
         if p.accuracy is not None:
             for c, a in enumerate(p.accuracy):
@@ -239,7 +239,7 @@ class EvaluationLog(BaseModel):
                     problems.add(f"{where}.accuracy[{c}]: {shown} is not a fraction in [0, 1]")
                     return
 
-    def _check_resources(self, problems: "_Problems") -> None:
+    def _check_resources(self, problems: _Problems) -> None:
         if self.resources is None:
             return
         finished = sum(1 for p in self.points if p.task_end)
@@ -252,7 +252,7 @@ class EvaluationLog(BaseModel):
 
     # ------------------------------------------------------------------ I/O
     @classmethod
-    def load(cls, path: str | Path) -> "EvaluationLog":
+    def load(cls, path: str | Path) -> EvaluationLog:
         """Read and validate a log (``.json``, or ``.jsonl`` with a header line then one point a line).
 
         Raises :class:`EvaluationLogError` naming the file, the field and the reason.
@@ -267,22 +267,22 @@ class EvaluationLog(BaseModel):
                 return cls.from_jsonl(raw.decode("utf-8"))
             return cls.model_validate_json(raw)
         except ValidationError as exc:
-            raise EvaluationLogError(format_validation_error(exc), str(path)) from None
+            raise EvaluationLogError(problems_of(exc), str(path)) from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise EvaluationLogError([str(exc)], str(path)) from None
 
     @classmethod
-    def parse(cls, data: str | bytes | dict[str, Any], source: str | None = None) -> "EvaluationLog":
+    def parse(cls, data: str | bytes | dict[str, Any], source: str | None = None) -> EvaluationLog:
         """Validate a log given as JSON text or a dict; raises :class:`EvaluationLogError`."""
         try:
             if isinstance(data, dict):
                 return cls.model_validate(data)
             return cls.model_validate_json(data)
         except ValidationError as exc:
-            raise EvaluationLogError(format_validation_error(exc), source) from None
+            raise EvaluationLogError(problems_of(exc), source) from None
 
     @classmethod
-    def from_jsonl(cls, text: str) -> "EvaluationLog":
+    def from_jsonl(cls, text: str) -> EvaluationLog:
         lines = [line for line in text.splitlines() if line.strip()]
         if not lines:
             raise ValueError("empty JSON Lines log: the first line must be the header object")
@@ -337,27 +337,3 @@ def _lengths_ok(p: EvalPoint, n_classes: int) -> bool:
 def _short(values: list[Any], limit: int = 8) -> str:
     shown = ", ".join(str(v) for v in values[:limit])
     return shown + (f", … ({len(values)} in all)" if len(values) > limit else "")
-
-
-def loc_to_path(loc: tuple[int | str, ...]) -> str:
-    """``("points", 12, "correct", 3)`` → ``points[12].correct[3]``."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def format_validation_error(exc: ValidationError) -> list[str]:
-    """One ``path: reason`` line per pydantic error (our own contract checks already carry their path)."""
-    lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        path = loc_to_path(tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "value_error" and not path:
-            lines.extend(msg.splitlines())
-        else:
-            lines.append(f"{path}: {msg}" if path else msg)
-    return lines

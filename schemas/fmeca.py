@@ -7,11 +7,11 @@ was learned (the stability gap). RPN = S × O × D; the action priority comes fr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FMECA_FORMAT = "clgate.fmeca/v1"
+FMECA_FORMAT: Final = "clgate.fmeca/v1"
 
 
 class FmecaRow(BaseModel):

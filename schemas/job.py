@@ -27,21 +27,20 @@ import copy
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-JOB_FORMAT = "clgate.job/v1"
+from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.vocab import EngineMode
+
+JOB_FORMAT: Final = "clgate.job/v1"
 
 
-class JobSpecError(ValueError):
+class JobSpecError(InputError):
     """A job specification that cannot be used; ``problems`` lists one ``field: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid job specification" if source else "invalid job specification"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "job specification"
 
 
 class _Strict(BaseModel):
@@ -201,7 +200,9 @@ class TrainingSpec(_Strict):
     iterations: Annotated[int, Field(ge=1)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
     save_final: bool = Field(
-        False, description="Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
+        False, description=(
+            "Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
+        )
     )
 
 
@@ -264,7 +265,7 @@ class JobSpec(_Strict):
     """
 
     format: Literal["clgate.job/v1"] = JOB_FORMAT
-    mode: Literal["retrain", "evaluate"] = "retrain"
+    mode: EngineMode = "retrain"
     data: DataSpec
     scenario: ScenarioSpec
     model: ModelSpec = Field(default_factory=lambda: ModelSpec(arch="mlp"))
@@ -424,15 +425,7 @@ def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str])
 
 
 def _problems(exc: ValidationError) -> list[str]:
-    lines = []
-    for err in exc.errors(include_url=False):
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS)]
-        path = ""
-        for part in loc:
-            path += f"[{part}]" if isinstance(part, int) else ("." if path else "") + str(part)
-        msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{path}: {msg}" if path else msg)
-    return lines
+    return problems_of(exc, tags={"data": _DATA_KINDS})
 
 
-_UNION_TAGS = {"digits", "npz", "image_folder", "synthetic"}  # discriminator tags in error locations
+_DATA_KINDS = ("digits", "npz", "image_folder", "synthetic")  # the tags of the data union in error locations

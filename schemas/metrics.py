@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-METRICS_FORMAT = "clgate.metrics/v1"
+METRICS_FORMAT: Final = "clgate.metrics/v1"
 
 MetricValue = float | None | list[float | None]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -42,7 +42,9 @@ from pydantic import (
     model_validator,
 )
 
-POLICY_FORMAT = "clgate.policy/v1"
+from clgate.schemas.errors import problems_of
+
+POLICY_FORMAT: Final = "clgate.policy/v1"
 
 Severity = Literal["block", "warn"]
 OverRuns = Literal["mean", "worst"]
@@ -228,7 +230,7 @@ def _ap_rows() -> list[tuple[tuple[int, int], tuple[int, int], tuple[int, int], 
     rows = []
     for s_band, by_o in table.items():
         for o_band, aps in by_o.items():
-            for d_band, ap in zip(d_bands, aps):
+            for d_band, ap in zip(d_bands, aps, strict=True):
                 rows.append((s_band, o_band, d_band, name[ap]))
     return rows
 
@@ -338,22 +340,6 @@ def _num(x: float) -> str:
     return f"{x:g}" if math.isfinite(x) else str(x)
 
 
-_TAGS = set(RULE_TAGS)
-
-
 def policy_error_lines(exc: ValidationError) -> list[str]:
-    """One ``rules[3].floor: reason`` line per error (union tags removed from the path)."""
-    lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = list(err["loc"])
-        if len(loc) >= 3 and loc[0] == "rules" and isinstance(loc[1], int) and loc[2] in _TAGS:
-            del loc[2]
-        path = ""
-        for part in loc:
-            path += f"[{part}]" if isinstance(part, int) else ("." if path else "") + str(part)
-        msg = err["msg"].removeprefix("Value error, ")
-        if not path:
-            lines.extend(msg.splitlines())
-        else:
-            lines.append(f"{path}: {msg}")
-    return lines
+    """One ``rules[3].floor: reason`` line per error (the rule's union tag left out of the path)."""
+    return problems_of(exc, tags={"rules": RULE_TAGS})

@@ -111,17 +111,6 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def exit_code(verdict: str, fail_on_warn: bool) -> int:
-    """0 PASS (WARN too unless fail_on_warn), 1 FAIL, 2 ERROR.
-
-    >>> exit_code("WARN", False), exit_code("WARN", True), exit_code("FAIL", False), exit_code("ERROR", True)
-    (0, 1, 1, 2)
-    """
-    if verdict == "WARN":
-        return 1 if fail_on_warn else 0
-    return {"PASS": 0, "FAIL": 1, "ERROR": 2}[verdict]
-
-
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     from clgate.engine import run_job
     from clgate.schemas.job import JobSpec, JobSpecError
@@ -213,7 +202,9 @@ def gate_command(
         if result.files:
             typer.echo(f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                        "metrics.json, fmeca.csv, junit.xml)")
-    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn))
+    from clgate.schemas.vocab import exit_code
+
+    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
 
 
 def _write_text(path: Path | None, text: str) -> None:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clgate.fmt import fmt
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -132,14 +134,6 @@ def schema_command(
 
 
 # ---------------------------------------------------------------------- rendering
-def fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
-
-
 def _arrow(metric_id: str) -> str:
     from clgate.metrics import metric_info
 

@@ -97,7 +97,9 @@ def worker(
                    "without a broker `clgate serve` runs jobs itself", err=True)
         raise typer.Exit(2)
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
-    unknown = [q for q in wanted if q not in ("gpu", "cpu")]
+    from clgate.schemas.vocab import QUEUES
+
+    unknown = [q for q in wanted if q not in QUEUES]
     if not wanted or unknown:
         typer.echo(f"error: --queues: unknown queue(s) {', '.join(unknown) or '(none)'}; use gpu and/or cpu", err=True)
         raise typer.Exit(2)

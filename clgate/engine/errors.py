@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from clgate.schemas.errors import InputError
 
-class EngineInputError(ValueError):
-    """Bad input to the engine (data, model file, strategy parameters, checkpoints)."""
+
+class EngineInputError(InputError):
+    """Bad input to the engine (data, model file, strategy parameters, checkpoints).
+
+    Raised with a message (``problems`` are its lines) or with ``field: reason`` lines; ``str()`` is
+    the message itself, without a heading.
+    """
 
 
 class DataError(EngineInputError):

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from clgate.engine.errors import StrategyError
+from clgate.schemas.errors import problems_of
 
 ENTRY_POINT_GROUP = "clgate.strategies"
 
@@ -453,7 +454,7 @@ def available_strategies() -> dict[str, type[Strategy]]:
     found = dict(BUILTIN_STRATEGIES)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in BUILTIN_STRATEGIES:
-            continue  # our own table in pyproject.toml lists the built-ins
+            continue  # the built-ins are registered once, above; a plugin cannot replace one
         try:
             cls = ep.load()
         except Exception as exc:
@@ -488,12 +489,7 @@ def create_strategy(name: str, params: dict[str, Any], ctx: StrategyContext) -> 
     try:
         parsed = cls.Params.model_validate(kept)
     except ValidationError as exc:
-        lines = []
-        for err in exc.errors(include_url=False):
-            loc = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = f"{name} takes no parameter {loc!r} (it takes: {', '.join(sorted(own)) or 'none'})"
-            lines.append(f"strategy.params.{loc}: {msg}")
-        raise StrategyError("\n".join(lines)) from None
+        takes = (", ".join(sorted(own)) or "none").replace("{", "{{").replace("}", "}}")
+        extra = name.replace("{", "{{").replace("}", "}}") + f" takes no parameter {{field!r}} (it takes: {takes})"
+        raise StrategyError(problems_of(exc, prefix="strategy.params", messages={"extra_forbidden": extra})) from None
     return cls(ctx, parsed), ignored

@@ -139,7 +139,7 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
             worst_err = sum(worsts) / len(worsts)  # type: ignore[arg-type]
             worst_iter, seed = None, None
         else:
-            j = max(range(len(runs)), key=lambda i: (worsts[i], -i))  # type: ignore[arg-type]
+            j = max(range(len(runs)), key=lambda i: (worsts[i], -i))
             final_err = max(finals)  # type: ignore[type-var]
             worst_err, worst_iter, seed = worsts[j], per_run[j][2], seeds[j]
         s = _rating(config.severity, config.default_severity, stats)

@@ -72,7 +72,8 @@ def task_accuracy_matrix(
     >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])]).round(4).tolist()
     [[0.75, nan], [0.6, 0.3]]
     >>> task_accuracy_matrix(acc, [np.array([0, 1]), np.array([2])], mode="micro",
-    ...     correct=np.array([[9, 1, 0], [8, 4, 3]]), total=np.array([[9, 2, 0], [10, 10, 10]])).round(4).tolist()
+    ...     correct=np.array([[9, 1, 0], [8, 4, 3]]),
+    ...     total=np.array([[9, 2, 0], [10, 10, 10]])).round(4).tolist()
     [[0.9091, nan], [0.6, 0.3]]
     """
     order = np.concatenate(tasks)
@@ -162,6 +163,8 @@ class LogArrays:
             task_start_idx[point_task[first]] = first
 
         with_counts = [p.correct is not None for p in points]
+        correct: np.ndarray | None
+        total: np.ndarray | None
         if all(with_counts):
             correct = _matrix((p.correct for p in points), n_points, n_classes, np.int64)
             total = _matrix((p.total for p in points), n_points, n_classes, np.int64)

@@ -53,7 +53,8 @@ class ClassExtreme(NamedTuple):
 
 
 def minimal_class_accuracy(r: np.ndarray, class_task: np.ndarray, *, old_only: bool = False) -> ClassExtreme:
-    """``MICA_k = min_{c ∈ tasks 1…k} r[k][c]`` — Konaté et al. eq. 5; ``old_only``: classes of tasks 1…k-1 (§III-A).
+    """``MICA_k = min_{c ∈ tasks 1…k} r[k][c]`` — Konaté et al. eq. 5; ``old_only``: classes of tasks
+    1…k-1 (§III-A).
 
     >>> r = np.array([[0.9, 0.7, np.nan], [0.4, 0.8, 0.6]])
     >>> minimal_class_accuracy(r, np.array([0, 0, 1])).value.tolist()
@@ -179,7 +180,8 @@ def lifetime_accuracy(R: np.ndarray) -> float:
 
 
 def lifetime_backward_transfer(R: np.ndarray) -> float:
-    """``BWT = Σ_{i=2..K} Σ_{j<i} (R[i][j] - R[j][j]) / (K(K-1)/2)`` — Díaz-Rodríguez et al. eq. 3; NaN for K = 1.
+    """``BWT = Σ_{i=2..K} Σ_{j<i} (R[i][j] - R[j][j]) / (K(K-1)/2)`` — Díaz-Rodríguez et al. eq. 3;
+    NaN for K = 1.
 
     >>> round(lifetime_backward_transfer(np.array([[0.9, np.nan], [0.6, 0.8]])), 4)
     -0.3
@@ -193,7 +195,8 @@ def lifetime_backward_transfer(R: np.ndarray) -> float:
 
 
 def lifetime_forward_transfer(R: np.ndarray) -> float:
-    """``FWT = Σ_{i<j} R[i][j] / (K(K-1)/2)`` — Díaz-Rodríguez et al. eq. 4; NaN when a future entry is missing or K = 1.
+    """``FWT = Σ_{i<j} R[i][j] / (K(K-1)/2)`` — Díaz-Rodríguez et al. eq. 4; NaN when a future entry
+    is missing or K = 1.
 
     >>> round(lifetime_forward_transfer(np.array([[0.9, 0.1], [0.6, 0.8]])), 4)
     0.1
@@ -216,7 +219,8 @@ def model_size_efficiency(model_params: np.ndarray) -> float:
 
 
 def samples_storage_efficiency(buffer_bytes: np.ndarray, train_bytes: np.ndarray) -> float:
-    """``SSS = 1 - min(1, 1/K Σ_i buffer_i / Σ_all train)`` — Díaz-Rodríguez et al. eq. 6; NaN if no training bytes.
+    """``SSS = 1 - min(1, 1/K Σ_i buffer_i / Σ_all train)`` — Díaz-Rodríguez et al. eq. 6; NaN if no
+    training bytes.
 
     >>> samples_storage_efficiency(np.array([0.0, 50.0]), np.array([100.0, 100.0]))
     0.875
@@ -224,11 +228,12 @@ def samples_storage_efficiency(buffer_bytes: np.ndarray, train_bytes: np.ndarray
     total = float(np.sum(train_bytes))
     if total <= 0:
         return float("nan")
-    return float(1.0 - min(1.0, np.mean(np.asarray(buffer_bytes, dtype=float) / total)))
+    return float(1.0 - min(1.0, float(np.mean(np.asarray(buffer_bytes, dtype=float) / total))))
 
 
 def computational_efficiency(ops_pass: np.ndarray, ops_train: np.ndarray, *, epsilon: float = 1.0) -> float:
-    """``CE = min(1, 1/K Σ_i ops_pass_i · ε / ops_train_i)`` — Díaz-Rodríguez et al. eq. 7; NaN if a task spent 0 ops.
+    """``CE = min(1, 1/K Σ_i ops_pass_i · ε / ops_train_i)`` — Díaz-Rodríguez et al. eq. 7; NaN if a
+    task spent 0 ops.
 
     >>> round(computational_efficiency(np.array([1.0, 1.0]), np.array([10.0, 5.0])), 4)
     0.15
@@ -342,7 +347,8 @@ def first_point_of_minimum(
     equals ``minimum[i]`` (-1 where ``segment[i]`` is -1). Loops over segments (tasks), not classes.
 
     >>> acc = np.array([[0.9, np.nan], [0.2, 0.8], [0.5, 0.7], [0.4, 0.3]])
-    >>> first_point_of_minimum(acc, np.array([0, 2, 3]), np.array([1, 2]), np.array([0, 1]), np.array([0.2, 0.3]))
+    >>> first_point_of_minimum(
+    ...     acc, np.array([0, 2, 3]), np.array([1, 2]), np.array([0, 1]), np.array([0.2, 0.3]))
     array([1, 3])
     """
     ends = np.asarray(task_end_idx)
@@ -441,8 +447,10 @@ def windowed_extremes(
 
     >>> A = np.array([[0.5], [0.2], [0.9], [0.4]])
     >>> w = windowed_extremes(A, np.array([0]), 4, 1, 3)
-    >>> w.forgetting.tolist(), w.plasticity.round(4).tolist(), w.plasticity_from.tolist(), w.plasticity_to.tolist()
-    ([0.5], [0.7], [1], [2])
+    >>> w.forgetting.tolist(), w.plasticity.round(4).tolist()
+    ([0.5], [0.7])
+    >>> w.plasticity_from.tolist(), w.plasticity_to.tolist()
+    ([1], [2])
     """
     if window < 2:
         raise ValueError(f"windows: must be ≥ 2, got {window}")
@@ -462,7 +470,7 @@ def windowed_extremes(
     x = task_acc[pts, cols]
     # padded layout: L slots of -inf before each task's sequence so no window crosses tasks
     seg_start_padded = np.cumsum(lengths + L) - lengths
-    real = np.concatenate([np.arange(n) + s for n, s in zip(lengths, seg_start_padded)]) if len(pts) else pts
+    real = np.concatenate([np.arange(n) + s for n, s in zip(lengths, seg_start_padded, strict=True)]) if len(pts) else pts
     y = np.full((2, int(np.sum(lengths + L))), -INF)
     y[0, real] = x
     y[1, real] = -x

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Literal
+
+from clgate.metrics import steps
+from clgate.metrics.steps import NEED_REASONS, Outcome
 
 Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
 NEEDS: frozenset[str] = frozenset({"counts", "future_tasks", "resources", "runs", "baseline", "continual"})
+assert {*NEED_REASONS, "continual"} == NEEDS
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,24 @@ class MetricInfo:
     higher_is_better: bool
     needs: frozenset[str]
     description: str
+    compute: Callable[..., Outcome] | None = field(default=None, compare=False, repr=False)
+    """The function of :mod:`clgate.metrics.steps` that computes the id (None: only :func:`compute_runs`)."""
+    min_tasks: int = 0
+    """Fewest finished tasks the value needs; below it the value is null and the reason says so
+    (0: the function decides, as per-task values, which are null at the tasks they do not cover)."""
+    inputs: tuple[str, ...] = ()
+    """Ids this metric is computed from: their needs reach it through their values (weighed by options)."""
 
     @property
     def hard_needs(self) -> frozenset[str]:
         """Needs without which the value is null (all but ``continual``)."""
         return self.needs - {"continual"}
+
+    @property
+    def own_needs(self) -> frozenset[str]:
+        """Hard needs not inherited from :attr:`inputs`: checked before :attr:`compute` is called."""
+        inherited: frozenset[str] = frozenset().union(*(REGISTRY[i].needs for i in self.inputs))
+        return self.hard_needs - inherited
 
 
 def _info(
@@ -59,11 +77,23 @@ def _info(
     higher_is_better: bool,
     needs: Sequence[str],
     description: str,
+    compute: Callable[..., Outcome] | None,
+    *,
+    min_tasks: int | None = None,
+    inputs: Sequence[str] = (),
 ) -> MetricInfo:
     unknown = set(needs) - NEEDS
     assert not unknown, unknown
-    return MetricInfo(id, name, source, shape, (float(range[0]), float(range[1])), higher_is_better, frozenset(needs), description)
+    if min_tasks is None:
+        min_tasks = 1 if shape == "scalar" else 0
+    return MetricInfo(
+        id, name, source, shape, (float(range[0]), float(range[1])), higher_is_better, frozenset(needs),
+        description, compute, min_tasks, tuple(inputs),
+    )
 
+
+CL_CRITERIA: tuple[str, ...] = ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime", "ms", "sss", "ce")
+"""The criteria of cl_score / cl_stability, in the order of the spec (weights follow this order)."""
 
 KONATE = "Konaté et al., IJCNN 2023"
 MICHEL = "Michel et al., MIRU 2023"
@@ -72,59 +102,83 @@ DELANGE = "De Lange et al., ICLR 2023"
 
 _ENTRIES = [
     _info("acc", "Average accuracy", f"{KONATE}, eq. 3 (= {MICHEL} AA_k, def. 3.1; {DELANGE} ACC)",
-          "per_task", (0, 1), True, [], "Mean task accuracy over the tasks seen so far, at each task end."),
+          "per_task", (0, 1), True, [], "Mean task accuracy over the tasks seen so far, at each task end.",
+          steps.acc),
     _info("mica", "Minimal incremental class accuracy", f"{KONATE}, eq. 5",
-          "per_task", (0, 1), True, [], "Accuracy of the worst class seen so far, at each task end."),
+          "per_task", (0, 1), True, [], "Accuracy of the worst class seen so far, at each task end.",
+          steps.mica),
     _info("mica_old", "MICA on old classes", f"{KONATE}, §III-A",
-          "per_task", (0, 1), True, [], "Worst class among the classes of earlier tasks, at each task end."),
+          "per_task", (0, 1), True, [], "Worst class among the classes of earlier tasks, at each task end.",
+          steps.mica_old),
     _info("wamica", "Weighted average MICA", f"{KONATE}, eqs. 6-7",
-          "scalar", (0, 1), True, [], "Mean MICA over tasks, penalised by its spread (1 - (max - min))."),
+          "scalar", (0, 1), True, [], "Mean MICA over tasks, penalised by its spread (1 - (max - min)).",
+          steps.wamica),
     _info("af", "Average forgetting", f"{MICHEL}, def. 3.2",
-          "per_task", (-1, 1), False, [], "Mean drop of each old task from its best task-end accuracy."),
+          "per_task", (-1, 1), False, [], "Mean drop of each old task from its best task-end accuracy.",
+          steps.af),
     _info("raa", "Rescaled average accuracy", f"{MICHEL}, def. 4.2 / prop. 4.3",
-          "per_task", (0, 1), True, [], "Average accuracy rescaled by the difficulty (number of classes) of the task."),
+          "per_task", (0, 1), True, [], "Average accuracy rescaled by the difficulty (number of classes) of the task.",
+          steps.raa),
     _info("raf", "Rescaled average forgetting", f"{MICHEL}, defs. 4.1-4.2 / prop. 4.4",
-          "per_task", (-1, 1), False, [], "Average forgetting relative to a random classifier's, normalised."),
+          "per_task", (-1, 1), False, [], "Average forgetting relative to a random classifier's, normalised.",
+          steps.raf),
     _info("bwt", "Backward transfer", f"Lopez-Paz & Ranzato 2017, as in {DIAZ} §3",
-          "scalar", (-1, 1), True, [], "Mean change of each old task from its own task end to the last task end."),
+          "scalar", (-1, 1), True, [], "Mean change of each old task from its own task end to the last task end.",
+          steps.bwt, min_tasks=2),
     _info("a_lifetime", "Lifetime accuracy", f"{DIAZ}, eq. 2",
-          "scalar", (0, 1), True, [], "Mean of the task-end accuracy matrix on and below the diagonal."),
+          "scalar", (0, 1), True, [], "Mean of the task-end accuracy matrix on and below the diagonal.",
+          steps.a_lifetime),
     _info("bwt_lifetime", "Lifetime backward transfer", f"{DIAZ}, eq. 3",
-          "scalar", (-1, 1), True, [], "Mean change of every old task at every later task end."),
+          "scalar", (-1, 1), True, [], "Mean change of every old task at every later task end.",
+          steps.bwt_lifetime, min_tasks=2),
     _info("rem", "Remembering", f"{DIAZ}, §3 (REM)",
-          "scalar", (0, 1), True, [], "1 - |min(bwt_lifetime, 0)|: how much is not forgotten."),
+          "scalar", (0, 1), True, [], "1 - |min(bwt_lifetime, 0)|: how much is not forgotten.",
+          steps.rem, min_tasks=2),
     _info("bwt_plus", "Positive backward transfer", f"{DIAZ}, §3 (BWT+)",
-          "scalar", (0, 1), True, [], "max(bwt_lifetime, 0): improvement of old tasks."),
+          "scalar", (0, 1), True, [], "max(bwt_lifetime, 0): improvement of old tasks.",
+          steps.bwt_plus, min_tasks=2),
     _info("fwt_lifetime", "Lifetime forward transfer", f"{DIAZ}, eq. 4",
-          "scalar", (0, 1), True, ["future_tasks"], "Mean accuracy on future tasks before they are trained."),
+          "scalar", (0, 1), True, ["future_tasks"], "Mean accuracy on future tasks before they are trained.",
+          steps.fwt_lifetime, min_tasks=2),
     _info("ms", "Model size efficiency", f"{DIAZ}, eq. 5",
-          "scalar", (0, 1), True, ["resources"], "How little the model grows: mean of params_1 / params_i."),
+          "scalar", (0, 1), True, ["resources"], "How little the model grows: mean of params_1 / params_i.",
+          steps.ms),
     _info("sss", "Samples storage size efficiency", f"{DIAZ}, eq. 6",
-          "scalar", (0, 1), True, ["resources"], "1 - replay memory relative to all training data."),
+          "scalar", (0, 1), True, ["resources"], "1 - replay memory relative to all training data.",
+          steps.sss),
     _info("ce", "Computational efficiency", f"{DIAZ}, eq. 7",
-          "scalar", (0, 1), True, ["resources"], "Mean of ε · ops of one pass / ops spent learning each task."),
+          "scalar", (0, 1), True, ["resources"], "Mean of ε · ops of one pass / ops spent learning each task.",
+          steps.ce),
     _info("cl_score", "CL score", f"{DIAZ}, eq. 8",
           "scalar", (0, 1), True, ["resources", "future_tasks"],
-          "Weighted sum of the 7 criteria a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce."),
+          "Weighted sum of the 7 criteria a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce.",
+          partial(steps.cl_score, criteria=CL_CRITERIA), min_tasks=0, inputs=CL_CRITERIA),
     _info("cl_stability", "CL stability", f"{DIAZ}, eq. 9",
           "scalar", (0, 1), True, ["runs", "resources", "future_tasks"],
-          "1 - weighted sum of the criteria's standard deviations over runs."),
+          "1 - weighted sum of the criteria's standard deviations over runs.",
+          None, min_tasks=0, inputs=CL_CRITERIA),
     _info("forg", "Forgetting", f"{DELANGE}, §3.1 (Chaudhry et al. 2018)",
-          "per_task", (-1, 1), False, [], "Mean drop of each old task from its own task end."),
+          "per_task", (-1, 1), False, [], "Mean drop of each old task from its own task end.",
+          steps.forg),
     _info("min_acc", "Minimum accuracy", f"{DELANGE}, eq. 2",
           "per_task", (0, 1), True, ["continual"],
-          "Mean over old tasks of the lowest accuracy seen after the task was learned."),
+          "Mean over old tasks of the lowest accuracy seen after the task was learned.",
+          steps.min_acc),
     _info("wc_acc", "Worst-case accuracy", f"{DELANGE}, eq. 6",
           "scalar", (0, 1), True, ["continual"],
-          "Current-task accuracy weighted with min-ACC of the old tasks, at the last task end."),
+          "Current-task accuracy weighted with min-ACC of the old tasks, at the last task end.",
+          steps.wc_acc),
     _info("min_class_acc", "Worst class at its worst moment", f"clgate extension ({KONATE} eq. 5 × {DELANGE} eq. 2)",
           "per_task", (0, 1), True, ["continual"],
-          "Lowest accuracy any old class reached after its own task ended."),
+          "Lowest accuracy any old class reached after its own task ended.",
+          steps.min_class_acc),
     _info("mica_lcb", "MICA on Wilson lower bounds", f"clgate extension ({KONATE} eq. 5; Wilson 1927)",
-          "per_task", (0, 1), True, ["counts"], "MICA computed on the lower confidence bounds of class accuracies."),
+          "per_task", (0, 1), True, ["counts"], "MICA computed on the lower confidence bounds of class accuracies.",
+          steps.mica_lcb),
     _info("class_regression", "Worst class regression", "clgate extension",
           "scalar", (-1, 1), False, ["baseline"],
-          "Largest drop of a class's final accuracy from the baseline to this run."),
+          "Largest drop of a class's final accuracy from the baseline to this run.",
+          steps.class_regression, min_tasks=0),
 ]
 
 REGISTRY: dict[str, MetricInfo] = {m.id: m for m in _ENTRIES}
@@ -133,17 +187,16 @@ REGISTRY: dict[str, MetricInfo] = {m.id: m for m in _ENTRIES}
 WINDOWED: dict[str, MetricInfo] = {
     "wf": _info("wf{w}", "Windowed forgetting", f"{DELANGE}, eqs. 3-4",
                 "scalar", (0, 1), False, ["continual"],
-                "Largest drop of a task's accuracy within any w consecutive evaluations, mean over tasks."),
+                "Largest drop of a task's accuracy within any w consecutive evaluations, mean over tasks.",
+          steps.windowed_forgetting, min_tasks=0),
     "wp": _info("wp{w}", "Windowed plasticity", f"{DELANGE}, eq. 5 and appendix eq. 10",
                 "scalar", (0, 1), True, ["continual"],
-                "Largest rise of a task's accuracy within any w consecutive evaluations, mean over tasks."),
+                "Largest rise of a task's accuracy within any w consecutive evaluations, mean over tasks.",
+          steps.windowed_plasticity, min_tasks=0),
 }
 """Families of windowed metrics, keyed by prefix; their ``id`` holds the template ``wf{w}``."""
 
 _WINDOWED_ID = re.compile(r"^(wf|wp)([0-9]+)$")
-
-CL_CRITERIA: tuple[str, ...] = ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime", "ms", "sss", "ce")
-"""The criteria of cl_score / cl_stability, in the order of the spec (weights follow this order)."""
 
 
 def check_window(window: int) -> int:
@@ -175,10 +228,12 @@ def metric_info(metric_id: str) -> MetricInfo:
     if match and int(match.group(2)) >= 2 and not match.group(2).startswith("0"):
         family = WINDOWED[match.group(1)]
         w = int(match.group(2))
-        return replace(family, id=metric_id, name=f"{family.name} (w = {w})")
+        compute = None if family.compute is None else partial(family.compute, window=w)
+        return replace(family, id=metric_id, name=f"{family.name} (w = {w})", compute=compute)
     known = ", ".join(REGISTRY)
     raise KeyError(
-        f"unknown metric id {metric_id!r}; known ids: {known}, and wf{{w}} / wp{{w}} for a window w ≥ 2 (e.g. wf10)"
+        f"unknown metric id {metric_id!r}; known ids: {known}, "
+        "and wf{w} / wp{w} for a window w ≥ 2 (e.g. wf10)"
     )
 
 

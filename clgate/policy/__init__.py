@@ -14,7 +14,7 @@ clgate.policy.model.PolicyError: invalid policy
   rules[0].metric: unknown metric id 'mika' (did you mean 'mica'?)
 """
 
-from clgate.policy.decide import Evaluation, decide, evaluate, headline, log_hash, policy_hash
+from clgate.policy.decide import Evaluation, GateResult, decide, evaluate, headline, log_hash, policy_hash
 from clgate.policy.evaluate import TOLERANCE, evaluate_rules, verdict_of
 from clgate.policy.model import LCB_METRICS, Policy, PolicyError, load_policy, parse_policy
 
@@ -22,6 +22,7 @@ __all__ = [
     "LCB_METRICS",
     "TOLERANCE",
     "Evaluation",
+    "GateResult",
     "Policy",
     "PolicyError",
     "decide",

@@ -1,10 +1,12 @@
-"""From evaluation logs and a policy to a decision: compute the metrics, evaluate the rules, hash the inputs."""
+"""From evaluation logs and a policy to a decision: compute the metrics, evaluate the rules, hash the
+inputs."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from clgate import __version__
@@ -13,15 +15,31 @@ from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass
 from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.vocab import Verdict
 
 
 @dataclass
-class Evaluation:
-    """A decision with the metrics it was made from (what the reports draw)."""
+class GateResult:
+    """The gate's result: the decision, the metrics it was made from (what the reports draw), and the
+    report files written (empty until :func:`clgate.gate.gate_logs` writes them)."""
 
     decision: Decision
-    metrics: RunsResult | None
-    baseline_metrics: MetricsResult | None
+    metrics: RunsResult | None = None
+    baseline_metrics: MetricsResult | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.decision.verdict
+
+    @property
+    def exit_code(self) -> int:
+        """0 PASS/WARN, 1 FAIL, 2 ERROR (see :func:`clgate.schemas.vocab.exit_code` for ``fail_on_warn``)."""
+        return self.decision.exit_code
+
+
+Evaluation = GateResult
+"""The former name of :class:`GateResult` (what :func:`evaluate` returns)."""
 
 
 def log_hash(log: EvaluationLog) -> str:
@@ -83,7 +101,7 @@ def evaluate(
     *,
     baseline: EvaluationLog | None = None,
     provenance: dict | None = None,
-) -> Evaluation:
+) -> GateResult:
     """:func:`decide`, keeping the metrics results for the reports."""
     from clgate.metrics import compute_metrics, compute_runs
 
@@ -140,7 +158,7 @@ def evaluate(
         verdict = verdict_of(results, errors)
         decision = Decision(verdict=verdict, summary=_summary(verdict, results, errors), rules=results,
                             errors=errors, **common)
-        return Evaluation(decision, None, None)
+        return GateResult(decision, None, None)
 
     sheet, sheet_problems = worksheet_for(policy, metrics.runs)
     errors.extend(sheet_problems)
@@ -157,7 +175,7 @@ def evaluate(
         fmeca=sheet,
         **common,
     )
-    return Evaluation(decision, metrics, base_metrics)
+    return GateResult(decision, metrics, base_metrics)
 
 
 def _label(policy: Policy, i: int) -> str:

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
-from clgate.schemas.decision import RuleResult
+from clgate.fmt import fmt_short
+from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import ClassStats, MetricsResult
 from clgate.schemas.policy import (
@@ -35,6 +36,7 @@ from clgate.schemas.policy import (
     parse_at,
     rule_label,
 )
+from clgate.schemas.vocab import Verdict
 
 TOLERANCE = 1e-9
 
@@ -57,8 +59,6 @@ def _seed(result: MetricsResult, run: int) -> Any:
     return result.meta.get("seed", run)
 
 
-def _fmt(x: float | None) -> str:
-    return "null" if x is None else f"{x:.4g}"
 
 
 def _task_evidence(result: MetricsResult, metric: str, pos: int | None) -> Any:
@@ -181,7 +181,7 @@ def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
     where = f" at task {k + 1}" if per_task else ""
     seed = f", seed {evidence['seed']}" if "seed" in evidence and len(runs) > 1 else ""
     ok = m >= -TOLERANCE
-    message = f"{source}{where}{seed} = {_fmt(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
+    message = f"{source}{where}{seed} = {fmt_short(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
     return _Judged(v, thr, cmp, m, evidence, message)
 
 
@@ -221,7 +221,7 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         raise RuleError("no per-class statistics in the metrics result")
     picked = _select_classes(rule, classes)
     n_tasks = runs[0].n_tasks
-    rows = []  # (value, class, run, iteration)
+    rows: list[tuple[float, int, int | None, int | None]] = []  # (value, class, run, iteration)
     skipped = []
     for c in picked:
         vals = [_class_value(r.classes[c], rule.at, rule.bound) for r in runs]
@@ -235,15 +235,16 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             ):
                 raise RuleError(f"class {stats.name!r}: wilson95 needs correct/total counts in the log")
             raise RuleError(f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)")
+        known = [v for v, _ in vals if v is not None]  # all of them: a None raised above
         if rule.over_runs == "mean":
-            rows.append((sum(v for v, _ in vals) / len(vals), c, None, None))  # type: ignore[misc]
+            rows.append((sum(known) / len(known), c, None, None))
         else:
-            j = min(range(len(vals)), key=lambda i: (vals[i][0], i))
-            rows.append((vals[j][0], c, j, vals[j][1]))
+            j = min(range(len(known)), key=lambda i: (known[i], i))
+            rows.append((known[j], c, j, vals[j][1]))
     if not rows:
         raise RuleError(
-            f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task and have "
-            "no evaluation after their task ended"
+            f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task "
+            "and have no evaluation after their task ended"
         )
     value, c, run, iteration = min(rows, key=lambda r: (r[0], r[1]))
     stats = classes[c]
@@ -271,7 +272,7 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
     at_iter = f" at iteration {iteration}" if iteration is not None else ""
     ok = margin >= -TOLERANCE
     message = (
-        f"worst class {stats.name!r}: {what}{bound} {_fmt(value)}{at_iter} "
+        f"worst class {stats.name!r}: {what}{bound} {fmt_short(value)}{at_iter} "
         f"({'meets' if ok else 'violates'} >= {rule.floor:g}"
         + (f"; {len(failing)} class(es) below" if failing else "")
         + ")"
@@ -284,22 +285,26 @@ def _judge_baseline(
 ) -> _Judged:
     if base is None:
         raise RuleError("needs a baseline run (--baseline LOG)")
+    b_val: float | None
+    c_val: float | None
     if rule.baseline == "classes":
         if len(base.classes) != len(runs[0].classes) or any(
-            a.name != b.name for a, b in zip(base.classes, runs[0].classes)
+            a.name != b.name for a, b in zip(base.classes, runs[0].classes, strict=True)
         ):
             raise RuleError("the baseline's classes differ from the candidate's")
         drops = []
         for c, b in enumerate(base.classes):
-            cand = [r.classes[c].final_accuracy for r in runs]
-            if b.final_accuracy is None or any(v is None for v in cand):
+            finals = [r.classes[c].final_accuracy for r in runs]
+            cand = [v for v in finals if v is not None]
+            if b.final_accuracy is None or len(cand) < len(finals):
                 raise RuleError(f"class {b.name!r}: final accuracy unknown in the candidate or the baseline")
+            run: int | None
             if rule.over_runs == "mean":
-                v, run = sum(cand) / len(cand), None  # type: ignore[arg-type]
+                v, run = sum(cand) / len(cand), None
             else:
-                run = min(range(len(cand)), key=lambda i: (cand[i], i))  # type: ignore[arg-type]
+                run = min(range(len(cand)), key=lambda i: (cand[i], i))
                 v = cand[run]
-            drop = b.final_accuracy - v  # type: ignore[operator]
+            drop = b.final_accuracy - v
             if rule.relative:
                 if b.final_accuracy == 0:
                     drop = 0.0  # nothing to lose: a class at 0 in the baseline cannot drop
@@ -341,7 +346,8 @@ def _judge_baseline(
     unit = " (relative)" if rule.relative else ""
     ok = margin >= -TOLERANCE
     message = (
-        f"{subject}: {_fmt(evidence['baseline'])} → {_fmt(evidence['candidate'])}, drop {_fmt(drop)}{unit} "
+        f"{subject}: {fmt_short(evidence['baseline'])} → {fmt_short(evidence['candidate'])}, "
+        f"drop {fmt_short(drop)}{unit} "
         f"({'within' if ok else 'exceeds'} {rule.max_drop:g})"
     )
     return _Judged(drop, rule.max_drop, "<=", margin, evidence, message)
@@ -381,7 +387,8 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
         "modes_at_or_over_limit": len(over),
     }
     message = (
-        f"highest RPN {rpn} (class {top.class_name!r}, S={top.severity} O={evidence['O']} D={top.detection}); "
+        f"highest RPN {rpn} (class {top.class_name!r}, "
+        f"S={top.severity} O={evidence['O']} D={top.detection}); "
         f"{len(over)} mode(s) at or over {rule.limit}"
     )
     # RPN is an integer: "RPN < limit" is "RPN <= limit - 1", so the margin is >= 0 exactly when it passes
@@ -430,7 +437,7 @@ def evaluate_rules(
             results.append(RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}"))
             continue
         passed = judged.margin >= -TOLERANCE
-        status = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
+        status: RuleStatus = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
         results.append(
             RuleResult(
                 **base,
@@ -447,7 +454,7 @@ def evaluate_rules(
     return results
 
 
-def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> str:
+def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> Verdict:
     """ERROR over FAIL over WARN over PASS.
 
     >>> verdict_of([]), verdict_of([], ["bad log"])

@@ -1,4 +1,5 @@
-"""Loading a policy: the structure from ``clgate.schemas.policy`` plus the checks that need the metric registry."""
+"""Loading a policy: the structure from ``clgate.schemas.policy`` plus the checks that need the metric
+registry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError, model_validator
 
+from clgate.schemas.errors import InputError
 from clgate.schemas.policy import (
     BaselineRule,
     MetricRule,
@@ -23,14 +25,10 @@ LCB_METRICS = {"mica": "mica_lcb"}
 _WINDOWED = re.compile(r"^w[fp](\d+)$")
 
 
-class PolicyError(ValueError):
+class PolicyError(InputError):
     """A policy that cannot be used; ``problems`` lists one ``path: reason`` line each."""
 
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        head = f"{source}: invalid policy" if source else "invalid policy"
-        super().__init__(head + "\n" + "\n".join(f"  {p}" for p in problems))
+    what = "policy"
 
 
 def _suggest(name: str, known: list[str]) -> str:
@@ -67,7 +65,7 @@ def registry_problems(policy: PolicySchema) -> list[str]:
         try:
             info = metric_info(metric)
         except KeyError:
-            choices = known + ["classes"] if field == "baseline" else known
+            choices = [*known, "classes"] if field == "baseline" else known
             problems.append(f"{where}.{field}: unknown metric id {metric!r}{_suggest(metric, choices)}")
             continue
         if info.shape == "scalar" and rule.at != "final":

@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clgate.fmt import fmt
 from clgate.schemas.decision import Decision, RuleResult
 from clgate.schemas.fmeca import FmecaWorksheet
 
@@ -33,25 +33,6 @@ __all__ = [
 REPORT_FILES = ("report.html", "report.md", "decision.json", "metrics.json", "fmeca.csv", "junit.xml")
 _ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "error": "⛔"}
 _VERDICT_ICON = {"PASS": "✅", "WARN": "⚠️", "FAIL": "❌", "ERROR": "⛔"}
-
-
-def fmt(x: Any, digits: int = 4) -> str:
-    """Numbers for people: fixed digits, integers as integers, ``—`` for missing.
-
-    >>> fmt(0.5), fmt(None), fmt(3.0), fmt(float("-inf"))
-    ('0.5000', '—', '3', '-inf')
-    """
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return str(x).lower()
-    if isinstance(x, int) or (isinstance(x, float) and math.isfinite(x) and x == int(x) and abs(x) >= 1):
-        return str(int(x))
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
 
 
 def threshold_text(r: RuleResult) -> str:
