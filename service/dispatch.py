@@ -8,8 +8,8 @@ from sqlalchemy import func, select
 
 from clgate.store.settings import Settings
 from clgate.store.models import Job, JobState
+from clgate.schemas.vocab import QUEUES
 
-QUEUES = ("gpu", "cpu")
 
 
 class Dispatcher(Protocol):

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from clgate.schemas.evaluation_log import loc_to_path
+from clgate.schemas.errors import loc_to_path
 
 log = logging.getLogger("clgate.api")
 

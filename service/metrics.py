@@ -25,12 +25,12 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
+from clgate.schemas.vocab import QUEUES
 
 log = logging.getLogger("clgate.metrics")
 
 VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 STATES = tuple(s.value for s in JobState)
-QUEUES = ("gpu", "cpu")
 MODES = ("retrain", "evaluate", "metrics", "regate")
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 HEADLINE = (  # (headline key, metric name, help)

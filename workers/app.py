@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from celery import Celery
 from kombu import Queue
+from clgate.schemas.vocab import QUEUES
 
-QUEUES = ("gpu", "cpu")
 TASK_NAME = "clgate.run_job"
 
 app = Celery("clgate", include=["clgate.workers.tasks"])

@@ -11,42 +11,25 @@ from pathlib import Path
 from typing import Any
 
 
-class InputProblem(ValueError):
-    """User input (spec, policy, log) that cannot be used; ``problems`` are ``field: reason`` lines."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = [str(p) for p in problems] or ["invalid input"]
-        super().__init__("; ".join(self.problems))
-
-
 def parse_policy(document: dict[str, Any]):
-    """A validated :class:`clgate.policy.Policy`; raises :class:`InputProblem` with the rule positions."""
+    """A validated :class:`clgate.policy.Policy`; raises :class:`~clgate.schemas.errors.InputError`."""
     from clgate.policy import parse_policy as _parse
 
-    try:
-        return _parse(document)
-    except ValueError as exc:
-        raise InputProblem(list(getattr(exc, "problems", None) or str(exc).splitlines())) from None
+    return _parse(document)
 
 
 def parse_job_spec(document: dict[str, Any]):
-    """A validated :class:`clgate.schemas.job.JobSpec`; raises :class:`InputProblem`."""
-    from clgate.schemas.job import JobSpec, JobSpecError
+    """A validated :class:`clgate.schemas.job.JobSpec`; raises :class:`~clgate.schemas.errors.InputError`."""
+    from clgate.schemas.job import JobSpec
 
-    try:
-        return JobSpec.parse(document)
-    except JobSpecError as exc:
-        raise InputProblem(exc.problems) from None
+    return JobSpec.parse(document)
 
 
 def load_log(path: Path):
-    """A validated :class:`schemas.EvaluationLog`; raises :class:`InputProblem`."""
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    """A validated evaluation log; raises :class:`~clgate.schemas.errors.InputError`."""
+    from clgate.schemas.evaluation_log import EvaluationLog
 
-    try:
-        return EvaluationLog.load(path)
-    except EvaluationLogError as exc:
-        raise InputProblem(exc.problems) from None
+    return EvaluationLog.load(path)
 
 
 def run_engine(
@@ -58,14 +41,12 @@ def run_engine(
     base_dir: Path,
 ) -> tuple[list[Path], bool]:
     """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log partial)."""
-    from clgate.engine import EngineInputError, JobCancelled, run_job
+    from clgate.engine import JobCancelled, run_job
 
     try:
         return list(run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir)), False
     except JobCancelled as stop:
         return list(stop.paths), True
-    except EngineInputError as exc:
-        raise InputProblem(str(exc).splitlines()) from None
 
 
 def gate(logs: Sequence[Any], policy, *, baseline, out_dir: Path, provenance: dict[str, Any]):

@@ -22,6 +22,7 @@ from typing import Any
 import redis.exceptions
 import sqlalchemy.exc
 
+from clgate.schemas.errors import InputError
 from clgate.store import Store, shared_store
 from clgate.store import jobs as records
 from clgate.store.models import JobState
@@ -89,7 +90,7 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
         state, error = _run(store, job_id, work, actor)
     except TRANSIENT:
         raise
-    except core.InputProblem as exc:
+    except InputError as exc:
         state, error = JobState.failed, "invalid input: " + "; ".join(exc.problems)
     except Exception as exc:
         if type(exc).__name__ == "SoftTimeLimitExceeded":
@@ -114,9 +115,9 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
     elif job.mode == "regate":
         log_paths = [store.artifacts.open_path(sha) for _, sha in job.source_files]
     else:
-        raise core.InputProblem([f"mode: unknown mode {job.mode!r}"])
+        raise InputError([f"mode: unknown mode {job.mode!r}"])
     if not log_paths:
-        raise core.InputProblem(["the job produced no evaluation log"])
+        raise InputError(["the job produced no evaluation log"])
     logs = [core.load_log(p) for p in log_paths]
     stored = _store_logs(store, job.mode, log_paths, job.source_files)
     if stopped == "timeout":
@@ -158,7 +159,7 @@ def _store_logs(store: Store, mode: str, paths: list[Path], source_files) -> dic
 def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str | None], work: Path):
     problems = check_paths(spec)
     if problems:
-        raise core.InputProblem(problems)
+        raise InputError(problems)
     inputs = work / "inputs"
     inputs.mkdir()
 

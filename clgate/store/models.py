@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from clgate.schemas.vocab import JobState
+
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
@@ -48,18 +50,6 @@ class Role(enum.IntEnum):
     submitter = 2
     approver = 3
     admin = 4
-
-
-class JobState(str, enum.Enum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    cancelled = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.succeeded, JobState.failed, JobState.cancelled)
 
 
 class ApiKey(Base):
