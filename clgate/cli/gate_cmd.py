@@ -123,6 +123,9 @@ def exit_code(verdict: str, fail_on_warn: bool) -> int:
 
 
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
+    from clgate.cli.extras import require_extra
+
+    require_extra("engine", "clgate gate --job")
     from clgate.engine import run_job
     from clgate.schemas.job import JobSpec, JobSpecError
 
