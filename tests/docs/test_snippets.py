@@ -41,7 +41,7 @@ class Block:
 
 
 def extract_blocks(text: str, file: str) -> list[Block]:
-    """The fenced code blocks of a Markdown text, with their language and whether they are marked illustrative.
+    """The fenced code blocks of a Markdown text: language, code, and whether marked illustrative.
 
     >>> md = "a\\n<!-- illustrative -->\\n```bash\\nrm -rf /\\n```\\n```python\\nprint(1)\\n```\\n"
     >>> [(b.line, b.lang, b.code, b.illustrative) for b in extract_blocks(md, "x.md")]
@@ -62,12 +62,21 @@ def extract_blocks(text: str, file: str) -> list[Block]:
         start = i
         body = []
         i += 1
-        while i < len(lines) and not (lines[i].strip().startswith(fence[0] * len(fence))
-                                      and not lines[i].strip().strip(fence[0])):
-            body.append(lines[i][len(opening["indent"]):] if lines[i].startswith(opening["indent"]) else lines[i])
+        while i < len(lines) and not (
+            lines[i].strip().startswith(fence[0] * len(fence))
+            and not lines[i].strip().strip(fence[0])
+        ):
+            body.append(lines[i].removeprefix(opening["indent"]))
             i += 1
-        blocks.append(Block(file, start + 1, opening["lang"].lower(), "\n".join(body) + "\n",
-                            bool(_ILLUSTRATIVE.match(previous))))
+        blocks.append(
+            Block(
+                file,
+                start + 1,
+                opening["lang"].lower(),
+                "\n".join(body) + "\n",
+                bool(_ILLUSTRATIVE.match(previous)),
+            )
+        )
         previous = lines[i] if i < len(lines) else ""
         i += 1
     return blocks
@@ -78,8 +87,11 @@ def _documents() -> list[Path]:
     return [d for d in docs if d.is_file()]
 
 
-ALL_BLOCKS = [b for doc in _documents() for b in extract_blocks(doc.read_text(encoding="utf-8"),
-                                                               doc.relative_to(REPO).as_posix())]
+ALL_BLOCKS = [
+    b
+    for doc in _documents()
+    for b in extract_blocks(doc.read_text(encoding="utf-8"), doc.relative_to(REPO).as_posix())
+]
 RUNNABLE = [b for b in ALL_BLOCKS if b.lang in SHELL | PYTHON and not b.illustrative]
 
 
@@ -94,10 +106,18 @@ def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier):
     clone = checkout_copier(tmp_path / "clone")
     venv = Path(sys.prefix)
     (clone / ".venv").symlink_to(venv, target_is_directory=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CLGATE_BROKER_URL", "CLGATE_DATA_DIR",
-                                                            "CLGATE_DATABASE_URL")}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv), HOME=str(tmp_path),
-               COLUMNS="120", MPLBACKEND="Agg")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "CLGATE_BROKER_URL", "CLGATE_DATA_DIR", "CLGATE_DATABASE_URL")
+    }
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(venv),
+        HOME=str(tmp_path),
+        COLUMNS="120",
+        MPLBACKEND="Agg",
+    )
     if block.lang in SHELL:
         command = ["bash", "-c", "set -euo pipefail\n" + block.code]
     else:
@@ -105,10 +125,20 @@ def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier):
         script.write_text(block.code, encoding="utf-8")
         command = [str(venv / "bin" / "python"), str(script)]
     try:
-        done = subprocess.run(command, cwd=clone, env=env, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              start_new_session=True)
+        done = subprocess.run(
+            command,
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=TIMEOUT_S,
+            start_new_session=True,
+        )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{block.id}: still running after {TIMEOUT_S} s\n{exc.stdout or ''}\n{exc.stderr or ''}")
+        pytest.fail(
+            f"{block.id}: still running after {TIMEOUT_S} s\n{exc.stdout or ''}\n{exc.stderr or ''}"
+        )
     assert done.returncode == 0, (
         f"{block.id} ({block.lang}) exited {done.returncode}\n--- block\n{block.code}--- stdout\n"
         f"{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
@@ -122,7 +152,10 @@ def test_extract_blocks_reads_languages_lines_and_markers():
     )
     blocks = extract_blocks(md, "t.md")
     assert [(b.line, b.lang, b.illustrative) for b in blocks] == [
-        (5, "bash", True), (9, "python", False), (12, "console", False), (15, "sh", False)
+        (5, "bash", True),
+        (9, "python", False),
+        (12, "console", False),
+        (15, "sh", False),
     ]
     assert blocks[1].code == "print('```')\n" and blocks[3].code == "echo indented\n"
 
@@ -134,7 +167,9 @@ _LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 def test_links_stay_inside_the_repository_and_resolve(doc):
     text = doc.read_text(encoding="utf-8")
     for outside in ("shared/spec", "shared/design", "../shared", "/work/"):
-        assert outside not in text, f"{doc.name} mentions {outside}, which is not part of the repository"
+        assert outside not in text, (
+            f"{doc.name} mentions {outside}, which is not part of the repository"
+        )
     for match in _LINK.finditer(text):
         target = match["target"].split("#")[0]
         if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target):  # an anchor, or http:, mailto: …

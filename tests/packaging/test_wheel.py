@@ -13,7 +13,11 @@ def _names(wheel) -> list[str]:
 
 def test_the_only_top_level_import_name_is_clgate(wheel):
     names = _names(wheel)
-    roots = {PurePosixPath(n).parts[0] for n in names if not PurePosixPath(n).parts[0].endswith(".dist-info")}
+    roots = {
+        PurePosixPath(n).parts[0]
+        for n in names
+        if not PurePosixPath(n).parts[0].endswith(".dist-info")
+    }
     assert roots == {"clgate"}, roots
     top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
     if top_level:  # setuptools writes it; it must agree
@@ -32,8 +36,12 @@ def test_the_layers_and_their_data_are_inside(wheel):
     assert has("clgate/store/migrations/", ".py"), "the Alembic migrations"
     assert has("clgate/store/migrations/versions/", ".py"), "the Alembic revisions"
     assert "clgate/store/alembic.ini" in names and "clgate/store/migrations/env.py" in names
-    for example in ("jobs/digits-er.yaml", "jobs/digits-finetune.yaml", "policies/digits-release.yaml",
-                    "logs/spec-example.json"):
+    for example in (
+        "jobs/digits-er.yaml",
+        "jobs/digits-finetune.yaml",
+        "policies/digits-release.yaml",
+        "logs/spec-example.json",
+    ):
         assert f"clgate/examples/{example}" in names, example
     assert "clgate/reports/templates/report.html.j2" in names, "the report template"
     assert not has("tests/") and not has("clgate/tests/")
@@ -41,7 +49,9 @@ def test_the_layers_and_their_data_are_inside(wheel):
 
 def test_the_console_script_and_strategies_are_declared(wheel):
     with zipfile.ZipFile(wheel) as archive:
-        entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        entry_points = next(
+            n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")
+        )
         text = archive.read(entry_points).decode()
     assert "clgate = clgate.cli:main" in text
     assert "[clgate.strategies]" in text and "er = clgate.engine.strategies:ER" in text
