@@ -89,6 +89,15 @@ def test_no_extra_is_installed(base_venv):
     }
 
 
+def test_help_lists_every_command(base_venv, tmp_path):
+    res = _run(base_venv, "--help", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    for command in ("metrics", "gate", "schema", "run", "evaluate", "demo", "serve", "worker"):
+        assert command in res.stdout
+    res = _run(base_venv, "run", "--help", cwd=tmp_path)  # help needs no extra either
+    assert res.returncode == 0 and "Usage" in res.stdout, res.stderr
+
+
 def test_metrics_and_gate_run_on_the_shipped_log_and_policies(base_venv, tmp_path):
     res = _run(base_venv, "metrics", str(LOG), "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
