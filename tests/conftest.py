@@ -47,4 +47,6 @@ def require_binary():
 
 
 # Fixtures shared across test folders (tests mirror the package tree, so several folders use each set).
-pytest_plugins = ["tests.fixtures.gate", "tests.fixtures.engine", "tests.fixtures.service"]
+pytest_plugins = [
+    "tests.fixtures.gate", "tests.fixtures.engine", "tests.fixtures.service", "tests.fixtures.checkout",
+]

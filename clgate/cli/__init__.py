@@ -33,9 +33,14 @@ def _root(
 
 def _register() -> None:
     from clgate.cli import engine_cmd, gate_cmd, metrics_cmd, service_cmd
+    from clgate.cli.extras import guard_commands
+    from clgate.cli.help_text import make_readable
 
     for module in (metrics_cmd, engine_cmd, gate_cmd, service_cmd):
         module.register(app)
+    # Commands that need clgate[engine] or clgate[service] exit 2 naming the extra when it is missing.
+    guard_commands(app)
+    make_readable(app)  # help without Python type names (<bool>, <list[Path]>)
 
 
 _register()

@@ -112,6 +112,9 @@ def _environment() -> dict[str, Any]:
 
 
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
+    from clgate.cli.extras import require_extra
+
+    require_extra("engine", "clgate gate --job")
     from clgate.engine import run_job
     from clgate.schemas.job import JobSpec, JobSpecError
 
@@ -129,7 +132,8 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
 
 def gate_command(
     logs_args: Annotated[
-        list[Path] | None, typer.Argument(help="More evaluation logs (so that --log runs/*.json works).", show_default=False)
+        list[Path] | None,
+        typer.Argument(metavar="LOG", help="More evaluation logs (so that --log runs/*.json works).", show_default=False),
     ] = None,
     log: Annotated[
         list[Path] | None,
@@ -231,7 +235,7 @@ def _write_extras(result: GateResult, junit: Path | None, summary_md: Path | Non
 def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the two reports go.")] = Path("clgate-out"),
     policy_path: Annotated[
-        Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs [default: {DEMO_POLICY}].")
+        Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}.")
     ] = None,
 ) -> None:
     """Run finetune and ER on the bundled digits, gate both with the example policy, write both reports.

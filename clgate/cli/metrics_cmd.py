@@ -75,12 +75,13 @@ def metrics_command(
     ] = TaskAccuracy.macro,
     window: Annotated[
         list[int] | None,
-        typer.Option("--window", "-w", help="Window (evaluation points) for wf{w}/wp{w}; repeatable. [default: 10, 100]"),
+        typer.Option("--window", "-w", help="Window (evaluation points) for wf{w}/wp{w}; repeatable. Without it: 10 and 100."),
     ] = None,
     weights: Annotated[
         str | None,
         typer.Option(
-            help="cl_score weights for [a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce], comma-separated, sum 1."
+            help="Weights of the cl_score criteria a_lifetime, rem, bwt_plus, fwt_lifetime, ms, sss, ce, in "
+            "that order: seven comma-separated numbers that sum to 1 (default 1/7 each).",
         ),
     ] = None,
     epsilon: Annotated[float, typer.Option(help="ε ≥ 1, the scaling factor of ce (Díaz-Rodríguez eq. 7).")] = 1.0,
