@@ -1,4 +1,4 @@
-"""clgate metrics: every metric of ``shared/spec/metrics.md``, exact, vectorised, explained.
+"""clgate metrics: every metric of ``docs/metrics.md``, exact, vectorised, explained.
 
 Start from :func:`compute_metrics` (one log) or :func:`compute_runs` (several seeds); the registry
 (:data:`REGISTRY`, :func:`metric_info`) says what each id means; :class:`LogArrays` holds the tensors

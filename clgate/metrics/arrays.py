@@ -1,6 +1,6 @@
 """The numpy tensors every metric reads, derived once from an :class:`~schemas.EvaluationLog`.
 
-Notation of ``shared/spec/evaluation-log.md``: ``P`` evaluation points, ``C`` classes, ``K`` tasks,
+Notation of ``docs/evaluation-log.md``: ``P`` evaluation points, ``C`` classes, ``K`` tasks,
 ``F`` finished tasks (``F = K`` unless the log is ``partial``). Positions are 0-based; accuracies are
 fractions in [0, 1]; ``NaN`` marks "not evaluated / undefined".
 """

@@ -1,4 +1,4 @@
-"""Every metric of ``shared/spec/metrics.md`` for one log (:func:`compute_metrics`) or several runs
+"""Every metric of ``docs/metrics.md`` for one log (:func:`compute_metrics`) or several runs
 (:func:`compute_runs`), with the reason of every ``null``, the evidence behind every worst case, and
 per-class statistics.
 

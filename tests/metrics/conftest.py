@@ -1,7 +1,7 @@
 """Helpers for the metrics tests: a random-log generator and a deliberately naive reference.
 
 The reference (:func:`reference_metrics`) is written straight from the equations of
-``shared/spec/metrics.md`` with plain Python loops over the raw JSON dict — no numpy, nothing shared
+``docs/metrics.md`` with plain Python loops over the raw JSON dict — no numpy, nothing shared
 with ``clgate.metrics`` — so that agreement between the two means something. It is slow on purpose.
 Both are handed to tests as session fixtures (``--import-mode=importlib`` cannot import conftest).
 """

@@ -1,4 +1,4 @@
-"""The papers' worked examples quoted in ``shared/spec/metrics.md``, and other values known by hand."""
+"""The papers' worked examples quoted in ``docs/metrics.md``, and other values known by hand."""
 
 from __future__ import annotations
 

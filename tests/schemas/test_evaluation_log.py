@@ -1,4 +1,4 @@
-"""One test per validation rule of ``shared/spec/evaluation-log.md``, asserting the message."""
+"""One test per validation rule of ``docs/evaluation-log.md``, asserting the message."""
 
 from __future__ import annotations
 
