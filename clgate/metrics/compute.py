@@ -284,6 +284,11 @@ def _fwt(a: LogArrays, Rf: np.ndarray) -> tuple[float | None, str]:
     F = Rf.shape[0]
     if F < 2:
         return None, "needs at least 2 finished tasks" if F else "no task finished (partial log without a task end)"
+    if a.meta.get("predict_over") == "seen" and a.meta.get("future_tasks"):
+        return None, (
+            "the model predicted over the seen classes only (meta.predict_over: seen): a future task scores 0 "
+            "by construction, so forward transfer is not measured (evaluate with predict_over: all)"
+        )
     upper = np.triu(np.ones((F, F), dtype=bool), 1)
     holes = np.argwhere(upper & np.isnan(Rf))
     if len(holes):
