@@ -25,8 +25,12 @@ class Evaluation:
 
 
 def log_hash(log: EvaluationLog) -> str:
-    """sha256 of the log's canonical JSON (the same log gives the same hash, whatever its file layout)."""
-    return hashlib.sha256(log.model_dump_json().encode("utf-8")).hexdigest()
+    """sha256 of the log's canonical JSON (the same log gives the same hash, whatever its file layout).
+
+    Fields added later with a null default are left out while null, so a log hashes as it did before.
+    """
+    unset = {"diverged"} if log.diverged is None else None
+    return hashlib.sha256(log.model_dump_json(exclude=unset).encode("utf-8")).hexdigest()
 
 
 def policy_hash(policy: Policy) -> str:
