@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from clgate.schemas.evaluation_log import EvaluationLog
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from clgate.policy import decide, parse_policy
-from clgate.schemas.evaluation_log import EvaluationLog
 
 RANK = {"PASS": 2, "WARN": 1, "FAIL": 0, "ERROR": 0}
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -38,7 +38,15 @@ def logs(draw: Any, n_tasks: int, seed: int) -> dict[str, Any]:
             it += draw(st.integers(1, 5))
             correct = [draw(st.integers(0, 10)) if i < seen else 0 for i in range(c)]
             total = [10 if i < seen else 0 for i in range(c)]
-            points.append({"iteration": it, "task": k + 1, "task_end": False, "correct": correct, "total": total})
+            points.append(
+                {
+                    "iteration": it,
+                    "task": k + 1,
+                    "task_end": False,
+                    "correct": correct,
+                    "total": total,
+                }
+            )
         points[-1]["task_end"] = True
     return {"tasks": tasks, "points": points, "meta": {"seed": seed}}
 
@@ -101,11 +109,15 @@ def _with_tasks(doc: dict[str, Any], tasks: list[list[int]]) -> dict[str, Any]:
     points = []
     for k in range(len(tasks)):
         seen = sum(len(t) for t in tasks[: k + 1])
-        points.append({
-            "iteration": k + 1, "task": k + 1, "task_end": True,
-            "correct": [fill[(k + i) % len(fill)] if i < seen else 0 for i in range(c)],
-            "total": [10 if i < seen else 0 for i in range(c)],
-        })
+        points.append(
+            {
+                "iteration": k + 1,
+                "task": k + 1,
+                "task_end": True,
+                "correct": [fill[(k + i) % len(fill)] if i < seen else 0 for i in range(c)],
+                "total": [10 if i < seen else 0 for i in range(c)],
+            }
+        )
     return {"tasks": tasks, "points": points, "meta": doc["meta"]}
 
 
@@ -148,6 +160,8 @@ def test_the_verdict_is_monotone_in_every_threshold(case, data):
         rule["floor"] = min(1.0, rule["floor"] + step)
     else:
         rule["ceiling"] = max(0.0, rule["ceiling"] - step)
-    assume(rule.get("floor", 0.0) <= rule.get("ceiling", 1.0))  # a floor above the ceiling is refused
+    assume(
+        rule.get("floor", 0.0) <= rule.get("ceiling", 1.0)
+    )  # a floor above the ceiling is refused
     after = verdict(runs, stricter)
     assert RANK[after] <= RANK[before], (before, after, policy, stricter)
