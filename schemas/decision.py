@@ -1,7 +1,9 @@
 """`clgate.decision/v1`: the gate's verdict, rule by rule, with the evidence and the hashes of its inputs.
 
 Verdict precedence: ERROR (a rule could not be evaluated, or the inputs were invalid) over FAIL (a
-``block`` rule failed) over WARN (a ``warn`` rule failed) over PASS. A decision is deterministic: the
+``block`` rule failed) over WARN (a ``warn`` rule failed) over PASS. A run whose training diverged makes
+the verdict FAIL (unless the inputs are invalid: ERROR); a partial input never passes a rule that needs
+what is missing (see docs/gate.md, "What the gate refuses to judge, and why"). A decision is deterministic: the
 same logs, policy and baseline give the same decision (``provenance`` is whatever the caller passed).
 """
 
@@ -86,6 +88,15 @@ class Decision(BaseModel):
     policy_version: str
     rules: list[RuleResult]
     errors: list[str] = Field(default_factory=list, description="Input problems (verdict ERROR).")
+    complete: bool = Field(
+        True, description="False when a run or the baseline is partial: rules that need what is missing do not pass."
+    )
+    incomplete: list[str] = Field(
+        default_factory=list, description="One line per partial run: its seed and how many tasks it finished."
+    )
+    diverged: list[str] = Field(
+        default_factory=list, description="One line per run whose training diverged (verdict FAIL at best)."
+    )
     headline: Headline = Field(default_factory=Headline)
     fmeca: FmecaWorksheet | None = None
     hashes: Hashes

@@ -10,6 +10,8 @@ points and hundreds of classes validates in about the time it takes to parse it.
 Extension beyond the spec: ``partial: true`` marks a log cut short (Ctrl-C, a failed job). In such a
 log the tasks after the last finished one may have no ``task_end`` point; metrics treat them as not
 reached (``null``). A complete log (the default) must have a task end for every task.
+``diverged: {task, iteration, reason}`` (with ``partial: true``) marks a run whose training stopped on a
+non-finite loss or weights; the gate never passes it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,16 @@ class TaskResources(BaseModel):
     ]
 
 
+class Divergence(BaseModel):
+    """Where training stopped because the loss or the weights stopped being finite (clgate extension)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: Annotated[int, Field(ge=1, description="1-based task being trained when it diverged.")]
+    iteration: Annotated[int, Field(ge=0, description="The update (1-based count) whose result was not finite.")]
+    reason: str = Field(description="What was not finite, e.g. 'loss is nan'.")
+
+
 class EvaluationLog(BaseModel):
     """A whole continual-evaluation run: task split, evaluation points, resources, provenance."""
 
@@ -89,6 +101,9 @@ class EvaluationLog(BaseModel):
     resources: list[TaskResources] | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
     partial: bool = Field(False, description="True when the run was cut short (clgate extension).")
+    diverged: Divergence | None = Field(
+        None, description="Set when training stopped on a non-finite loss or weights (implies partial)."
+    )
 
     # ------------------------------------------------------------------ derived, cheap
     @property
@@ -118,6 +133,8 @@ class EvaluationLog(BaseModel):
         if n_classes is not None:
             self._check_points(problems, n_classes)
         self._check_resources(problems)
+        if self.diverged is not None and not self.partial:
+            problems.add("diverged: a diverged run stopped early; the log must have partial: true")
         if problems:
             raise ValueError(problems.text())
         return self

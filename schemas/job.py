@@ -60,11 +60,15 @@ class NpzData(_Strict):
     """An ``.npz`` file with ``x_train, y_train, x_test, y_test`` and optional ``class_names``.
 
     Labels are integers ``0 … C-1``. uint8/uint16 images are scaled to [0, 1]; other numbers are used as
-    given. For ``cnn``/``resnet18-slim`` the images must be ``(N, C, H, W)`` or ``(N, H, W)``.
+    given. ``layout`` says how 4-D images are stored: ``channels_first`` ``(N, C, H, W)`` (the default,
+    PyTorch's) or ``channels_last`` ``(N, H, W, C)`` (NumPy/TensorFlow/PIL), transposed on load. A
+    layout that obviously does not match the shape (``(N, 28, 28, 3)`` declared channels-first) is
+    refused with the fix. 3-D images ``(N, H, W)`` are one-channel whatever the layout.
     """
 
     kind: Literal["npz"] = "npz"
     path: str
+    layout: Literal["channels_first", "channels_last"] = "channels_first"
 
 
 class ImageFolderData(_Strict):
@@ -319,6 +323,13 @@ class JobSpec(_Strict):
             raise ValueError("checkpoints: only used in evaluate mode (mode: evaluate)")
         if self.mode == "retrain" and self.model.arch is None and self.model.torchscript is None:
             raise ValueError("model: give arch (mlp, cnn, resnet18-slim) or torchscript")
+        if self.mode == "retrain" and self.scenario.first_task_learned and (
+            self.model.weights is None and self.model.torchscript is None
+        ):
+            raise ValueError(
+                "scenario.first_task_learned: needs the candidate's trained model (model.weights or "
+                "model.torchscript); a freshly initialised model has learned nothing"
+            )
         return self
 
     # ------------------------------------------------------------------ I/O

@@ -63,7 +63,7 @@ def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
     if kind == "digits":
         return load_digits(test_fraction=spec.get("test_fraction", 0.2), split_seed=spec.get("split_seed", 0))
     if kind == "npz":
-        return load_npz(_resolve(spec["path"], base_dir))
+        return load_npz(_resolve(spec["path"], base_dir), layout=spec.get("layout", "channels_first"))
     if kind == "image_folder":
         return load_image_folder(
             _resolve(spec["path"], base_dir), size=tuple(spec.get("size", (32, 32))), color=spec.get("color", "RGB")
@@ -198,8 +198,49 @@ def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
     return ds
 
 
-def load_npz(path: str | Path) -> Dataset:
-    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
+CHANNEL_COUNTS = (1, 2, 3, 4)  # grey, grey+alpha, RGB, RGBA: what a channel axis of an image holds
+
+
+def apply_layout(arrays: dict[str, np.ndarray], layout: str, source: str) -> dict[str, np.ndarray]:
+    """4-D images to ``(N, C, H, W)``: transpose ``channels_last`` ones, refuse an obvious mismatch.
+
+    A mismatch is a declared channel axis that holds more than 4 entries while the other end holds
+    1 … 4 (``(N, 28, 28, 3)`` declared channels-first): read as is, the image would be scrambled.
+
+    >>> x = np.zeros((2, 5, 5, 3), dtype=np.float32)
+    >>> apply_layout({"x_train": x}, "channels_last", "d")["x_train"].shape
+    (2, 3, 5, 5)
+    >>> apply_layout({"x_train": x}, "channels_first", "d")
+    Traceback (most recent call last):
+    ...
+    clgate.engine.errors.DataError: d: x_train has shape (2, 5, 5, 3): channels last (N, H, W, C), but data.layout is channels_first; set data.layout: channels_last
+    """
+    out = dict(arrays)
+    for name in ("x_train", "x_test"):
+        a = arrays.get(name)
+        if a is None or a.ndim != 4:
+            continue
+        first, last = a.shape[1], a.shape[3]
+        if layout == "channels_first" and first not in CHANNEL_COUNTS and last in CHANNEL_COUNTS:
+            raise DataError(
+                f"{source}: {name} has shape {a.shape}: channels last (N, H, W, C), but data.layout is "
+                "channels_first; set data.layout: channels_last"
+            )
+        if layout == "channels_last":
+            if last not in CHANNEL_COUNTS and first in CHANNEL_COUNTS:
+                raise DataError(
+                    f"{source}: {name} has shape {a.shape}: channels first (N, C, H, W), but data.layout is "
+                    "channels_last; set data.layout: channels_first"
+                )
+            out[name] = np.ascontiguousarray(a.transpose(0, 3, 1, 2))
+    return out
+
+
+def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
+    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles.
+
+    ``layout`` is how 4-D images are stored (see :func:`apply_layout`); the result is channels-first.
+    """
     path = Path(path)
     source = str(path)
     if not path.is_file():
@@ -223,7 +264,11 @@ def load_npz(path: str | Path) -> Dataset:
         if names.ndim != 1 or names.dtype.kind not in "US":
             raise DataError(f"{source}: class_names must be a 1-D array of strings, got {names.dtype} {names.shape}")
         names = [str(n) for n in names.tolist()]
-    return validate_arrays(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source)
+    arrays = apply_layout(arrays, layout, source)
+    ds = validate_arrays(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source)
+    if arrays["x_train"].ndim == 4:
+        ds.meta = {**ds.meta, "layout": layout}
+    return ds
 
 
 def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:

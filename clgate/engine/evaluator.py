@@ -1,6 +1,7 @@
 """The continual evaluator: per-class correct/total counts of a model on the held-out classes.
 
-The evaluation samples of every task (optionally a fixed, seeded subsample per task) are put on the
+The evaluation samples of every task (optionally a fixed subsample per task, stratified by class and
+seeded from the data, see :func:`stratified_subsample`) are put on the
 device **once**, ordered by task, so that "the tasks seen so far" is a prefix of one tensor — no
 gathering, no DataLoader. An evaluation is a few large batches under ``torch.inference_mode()``; the
 per-class correct counts accumulate on the device with one ``scatter_add_`` per batch and come back to
@@ -18,6 +19,7 @@ is drawn, so RNG streams are untouched, and eval mode leaves BatchNorm statistic
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -25,6 +27,43 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from clgate.engine.errors import EngineInputError
+
+
+def stratified_subsample(
+    y: np.ndarray, classes: list[int], size: int, rng: np.random.Generator, *, task: int
+) -> np.ndarray:
+    """``size`` indices of ``y`` over ``classes``, each class its share (largest remainder) and at least
+    one sample; sorted. Raises :class:`EngineInputError` naming the class that cannot have one.
+
+    >>> y = np.array([0] * 8 + [1] * 2)
+    >>> idx = stratified_subsample(y, [0, 1], 5, np.random.default_rng(0), task=1)
+    >>> np.bincount(y[idx]).tolist()
+    [4, 1]
+    """
+    pools = [np.flatnonzero(y == c) for c in classes]
+    empty = [c for c, pool in zip(classes, pools) if len(pool) == 0]
+    if empty:
+        raise EngineInputError(f"data: class {empty[0]} (task {task}) has no test sample to evaluate")
+    if size < len(classes):
+        raise EngineInputError(
+            f"evaluation.subsample_per_task: {size} sample(s) for task {task}'s {len(classes)} classes; "
+            f"each class needs at least one (give at least {len(classes)}, or null for every test sample)"
+        )
+    counts = np.array([len(pool) for pool in pools])
+    if size >= counts.sum():
+        return np.sort(np.concatenate(pools))
+    # each class one sample, the rest shared in proportion to the class's test samples
+    share = (size - len(classes)) * (counts - 1) / max(1, int((counts - 1).sum()))
+    take = 1 + np.floor(share).astype(int)
+    rest = size - int(take.sum())
+    order = np.argsort(-(share - np.floor(share)), kind="stable")
+    for j in order[:rest]:
+        take[j] += 1
+    take = np.minimum(take, counts)
+    picked = [rng.choice(pool, size=int(n), replace=False) for pool, n in zip(pools, take)]
+    return np.sort(np.concatenate(picked))
 
 
 class ContinualEvaluator:
@@ -37,28 +76,34 @@ class ContinualEvaluator:
         n_classes: int,
         device: torch.device,
         subsample_per_task: int | None = None,
-        seed: int = 0,
+        seed: int | str = 0,
         future_tasks: bool = False,
         batch_size: int = 2048,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
         y_np = y_test.cpu().numpy()
+        # the selection depends on the data (the caller passes the data digest), never on the training
+        # seed: every seed of a job, and a candidate and its baseline on the same data, see the same samples
+        if isinstance(seed, str):
+            seed = int(hashlib.sha256(seed.encode()).hexdigest()[:16], 16)
         rng = np.random.default_rng(seed)
         parts: list[np.ndarray] = []
         self.ends: list[int] = []  # number of resident samples covering tasks 0 … k
         self.totals: list[list[int]] = []  # per-class totals over tasks 0 … k
         running = np.zeros(n_classes, dtype=np.int64)
         count = 0
-        for classes in tasks:
+        for k, classes in enumerate(tasks):
             idx = np.flatnonzero(np.isin(y_np, classes))
-            if subsample_per_task is not None and len(idx) > subsample_per_task:
-                idx = np.sort(rng.choice(idx, size=subsample_per_task, replace=False))
+            if subsample_per_task is not None:
+                idx = stratified_subsample(y_np, classes, subsample_per_task, rng, task=k + 1)
             parts.append(idx)
             count += len(idx)
             running += np.bincount(y_np[idx], minlength=n_classes)
             self.ends.append(count)
             self.totals.append(running.tolist())
-        order = torch.from_numpy(np.concatenate(parts))
+        selected = np.concatenate(parts).astype(np.int64)
+        self.selection_sha256 = hashlib.sha256(selected.tobytes()).hexdigest()
+        order = torch.from_numpy(selected)
         self.x = x_test[order].to(device)
         self.y = y_test[order].to(device)
         self.n_classes = n_classes
@@ -87,8 +132,12 @@ class ContinualEvaluator:
                 for start in range(0, n, self.batch_size):
                     end = min(start + self.batch_size, n)
                     y = self.y[start:end]
-                    pred = predict(self.x[start:end]).argmax(dim=1)
-                    correct.scatter_add_(0, y, (pred == y).long())
+                    logits = predict(self.x[start:end])
+                    # a NaN or +inf logit is a wrong prediction, never "class 0" (argmax of NaN);
+                    # -inf is how predict_over: seen masks unseen classes
+                    broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=1)
+                    hit = (logits.argmax(dim=1) == y) & ~broken
+                    correct.scatter_add_(0, y, hit.long())
         finally:
             model.train(was_training)
         return correct.tolist(), list(self.totals[k - 1])

@@ -15,6 +15,7 @@ so a killed process leaves its finished tasks behind.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import platform
 import time
@@ -79,6 +80,20 @@ class JobCancelled(RuntimeError):
 
 
 class _Stop(Exception):
+    pass
+
+
+class TrainingDiverged(EngineInputError):
+    """Training produced a non-finite loss or weights (a learning rate or a regularisation weight too
+    large for the data). The log so far is written as a partial log that records ``diverged``; ``paths``
+    are the logs written (the last one the diverged run's)."""
+
+    def __init__(self, message: str, paths: list[Path] | None = None) -> None:
+        super().__init__(message)
+        self.paths = paths or []
+
+
+class _Diverged(Exception):
     pass
 
 
@@ -149,6 +164,10 @@ def _run_seeds(
         run = _SeedRun(spec, shared, seed, index, path, base_dir, progress, should_stop)
         try:
             run.run()
+        except TrainingDiverged as exc:
+            written.append(path)
+            exc.paths = written
+            raise
         except _Stop:
             written.append(path)
             raise JobCancelled(written) from None
@@ -206,6 +225,8 @@ class _SeedRun:
         self.points: list[dict[str, Any]] = []
         self.resources: list[TaskResources] = []
         self.meta: dict[str, Any] = {}
+        self.divergence: dict[str, Any] | None = None
+        self.batchnorm = False
         self.iteration = 0
         self.total_iterations = 0
         self.task = 1
@@ -226,7 +247,8 @@ class _SeedRun:
             points=self.points,
             resources=self.resources if self.spec.mode == "retrain" else None,
             meta=self.meta,
-            partial=partial,
+            partial=partial or self.divergence is not None,
+            diverged=self.divergence,
         )
 
     def _save(self, partial: bool) -> None:
@@ -248,6 +270,14 @@ class _SeedRun:
             "data": {"kind": spec.data.kind, "source": data.source, "sha256": self.shared.digest, **data.meta},
             "device": str(self.device),
             "cpu_threads": torch.get_num_threads() if self.device.type == "cpu" else None,
+            "eval_selection": {
+                "sha256": hashlib.sha256(
+                    f"{self.shared.digest}:{self.evaluator.selection_sha256}".encode()
+                ).hexdigest(),
+                "samples": self.evaluator.n_samples,
+                "subsample_per_task": spec.evaluation.subsample_per_task,
+                "stratified": spec.evaluation.subsample_per_task is not None,
+            },
             "precision": self.precision,
             "versions": {
                 "clgate": clgate.__version__,
@@ -278,7 +308,21 @@ class _SeedRun:
             )
         )
 
+    def _diverge(self, reason: str, *, task: int, iteration: int) -> None:
+        """Record where training diverged and stop this run (:meth:`run` writes the log and raises)."""
+        self.divergence = {"task": task, "iteration": iteration, "reason": reason}
+        raise _Diverged
+
+    def _check_weights(self, model: torch.nn.Module, *, task: int, iteration: int) -> None:
+        """Non-finite weights stop the run (checked before every evaluation: cheap at that rate)."""
+        bad = [name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+        if bad:
+            more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+            self._diverge(f"weights are not finite: {bad[0]}{more}", task=task, iteration=iteration)
+
     def _point(self, model: torch.nn.Module, predict: Callable, *, iteration: int, task: int, task_end: bool) -> None:
+        if self.spec.mode == "retrain":
+            self._check_weights(model, task=task, iteration=iteration)
         correct, total = self.evaluator.evaluate(predict, model, seen_tasks=task)
         self.points.append(
             {"iteration": iteration, "task": task, "task_end": task_end, "correct": correct, "total": total}
@@ -296,7 +340,7 @@ class _SeedRun:
             n_classes=self.n_classes,
             device=self.device,
             subsample_per_task=ev.subsample_per_task,
-            seed=self.seed,
+            seed=self.shared.digest,
             future_tasks=ev.future_tasks,
             batch_size=ev.batch_size,
             autocast=self.autocast,
@@ -312,6 +356,14 @@ class _SeedRun:
         except (_Stop, KeyboardInterrupt):
             self._save(partial=True)
             raise
+        except _Diverged:
+            self._save(partial=True)
+            d = self.divergence or {}
+            raise TrainingDiverged(
+                f"seed {self.seed}: training diverged at task {d.get('task')}, iteration {d.get('iteration')}: "
+                f"{d.get('reason')} (lower training.lr or the strategy's regularisation); the log so far is "
+                f"written to {self.path} with partial: true and diverged (the gate fails it)"
+            ) from None
         self._save(partial=False)
         self._report(force=True)
 
@@ -331,6 +383,7 @@ class _SeedRun:
         )
         model.to(self.device)
         model.train()
+        self.batchnorm = _has_batchnorm(model)
         ctx = StrategyContext(
             model=model,
             n_classes=self.n_classes,
@@ -380,7 +433,11 @@ class _SeedRun:
                 strategy.before_task(k, x_k, y_k)
                 x_t, y_t = strategy.task_data(k, x_k, y_k)
                 n = len(y_t)
-                steps_per_epoch = math.ceil(n / tr.batch_size)
+                if n == 1 and self.batchnorm:
+                    raise EngineInputError(
+                        f"task {k + 1}: one training sample; a model with BatchNorm cannot train on a batch of one"
+                    )
+                steps_per_epoch = self._steps_per_epoch(n)
                 n_iter = self._iterations_for(n)
                 self.total_iterations += n_iter - planned[k]
                 planned[k] = n_iter
@@ -391,10 +448,15 @@ class _SeedRun:
                     pos = it % steps_per_epoch
                     if pos == 0:
                         perm = torch.randperm(n, generator=generator).to(self.device)
-                    idx = perm[pos * tr.batch_size : (pos + 1) * tr.batch_size]
+                    last = pos == steps_per_epoch - 1
+                    # the last step takes the epoch's remainder (one sample more than a batch when a lone
+                    # sample would be left for a BatchNorm model, see _steps_per_epoch)
+                    idx = perm[pos * tr.batch_size :] if last else perm[pos * tr.batch_size : (pos + 1) * tr.batch_size]
                     xb, yb = x_t[idx], y_t[idx]
                     with self.autocast():
                         loss = strategy.loss(xb, yb)
+                    if not bool(torch.isfinite(loss)):
+                        self._diverge(f"loss is {float(loss.detach())}", task=k + 1, iteration=self.iteration + 1)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -443,11 +505,19 @@ class _SeedRun:
             save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(target))
         self.meta["final_model"] = target.name
 
+    def _steps_per_epoch(self, n: int) -> int:
+        """Batches per epoch over ``n`` samples. A BatchNorm model in training mode cannot take a batch
+        of one (the batch variance is undefined): the lone last sample joins the previous batch."""
+        bs = self.spec.training.batch_size
+        if self.batchnorm and n > 1 and n % bs == 1:
+            return n // bs
+        return math.ceil(n / bs)
+
     def _iterations_for(self, n: int) -> int:
         tr = self.spec.training
         if tr.iterations is not None:
             return tr.iterations
-        return tr.epochs * math.ceil(n / tr.batch_size)
+        return tr.epochs * self._steps_per_epoch(n)
 
     # ---------------------------------------------------------------- evaluate mode
     def _run_evaluate(self) -> None:
@@ -530,6 +600,16 @@ def plan_checkpoints(spec: JobSpec, n_tasks: int) -> list[tuple[str, int, int, b
         raise EngineInputError(f"checkpoints: task {max(tasks)} does not exist ({n_tasks} tasks)")  # type: ignore[type-var]
     last = {t: i for i, t in enumerate(tasks)}
     return [(c.path, c.iteration, tasks[i], last[tasks[i]] == i) for i, c in enumerate(cks)]  # type: ignore[misc]
+
+
+def _has_batchnorm(model: torch.nn.Module) -> bool:
+    """Whether ``model`` normalises over the batch in training mode (built-in or TorchScript)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+            return True
+        if "BatchNorm" in str(getattr(m, "original_name", "")):
+            return True
+    return False
 
 
 def _make_optimizer(model: torch.nn.Module, tr: Any) -> torch.optim.Optimizer:

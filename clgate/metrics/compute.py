@@ -2,9 +2,9 @@
 (:func:`compute_runs`), with the reason of every ``null``, the evidence behind every worst case, and
 per-class statistics.
 
-Scope: per-task lists have K entries, ``null`` after the last finished task; scalars cover the finished
-tasks 1 … F and the points up to the last finished task end (``LogArrays.horizon``). For a complete log
-F = K and the horizon is the whole log.
+Scope: per-task lists have K entries, ``null`` after the last finished task. Scalars describe the whole
+run: for a partial log (F < K finished tasks) every scalar is ``null`` with the reason, never a value
+computed on the finished tasks only (a gate would judge a run it did not see).
 """
 
 from __future__ import annotations
@@ -136,8 +136,12 @@ def compute_metrics(
     if F < K:
         notes["partial"] = (
             f"partial log: {F} of {K} tasks finished; per-task values after task {F} are null and "
-            f"scalars cover tasks 1 … {F}"
+            "so are the scalars (a scalar describes the whole run)"
         )
+        for metric_id, value in ctx.metrics.items():
+            if value is not None and not isinstance(value, list):
+                ctx.metrics[metric_id] = None
+                ctx.reasons[metric_id] = f"partial log: {F} of {K} tasks finished (a scalar needs every task)"
     lcb_final = ctx.lcb[F - 1] if ctx.lcb is not None and F else None
     return MetricsResult(
         metrics=ctx.metrics,

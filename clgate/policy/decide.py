@@ -43,8 +43,12 @@ Evaluation = GateResult
 
 
 def log_hash(log: EvaluationLog) -> str:
-    """sha256 of the log's canonical JSON (the same log gives the same hash, whatever its file layout)."""
-    return hashlib.sha256(log.model_dump_json().encode("utf-8")).hexdigest()
+    """sha256 of the log's canonical JSON (the same log gives the same hash, whatever its file layout).
+
+    Fields added later with a null default are left out while null, so a log hashes as it did before.
+    """
+    unset = {"diverged"} if log.diverged is None else None
+    return hashlib.sha256(log.model_dump_json(exclude=unset).encode("utf-8")).hexdigest()
 
 
 def policy_hash(policy: Policy) -> str:
@@ -82,17 +86,82 @@ def headline(metrics: RunsResult, worst: int = 5) -> Headline:
     )
 
 
-def _summary(verdict: str, results: Sequence[RuleResult], errors: Sequence[str]) -> str:
+def _summary(
+    verdict: str,
+    results: Sequence[RuleResult],
+    errors: Sequence[str],
+    incomplete: Sequence[str] = (),
+    diverged: Sequence[str] = (),
+) -> str:
     if errors:
         return f"{verdict}: {errors[0]}"
+    head = ""
+    if diverged:
+        head += f"diverged: {'; '.join(diverged)}; "
+    if incomplete:
+        head += f"partial input ({'; '.join(incomplete)}); "
     bad = [r for r in results if r.status in ("error", "fail", "warn")]
     order = {"error": 0, "fail": 1, "warn": 2}
     bad.sort(key=lambda r: (order[r.status], r.index))
     if not bad:
-        return f"{verdict}: all {len(results)} rule(s) pass"
+        return f"{verdict}: {head}all {len(results)} rule(s) pass"
     reasons = "; ".join(f"{r.id}: {r.message}" for r in bad[:3])
     more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
-    return f"{verdict}: {reasons}{more}"
+    return f"{verdict}: {head}{reasons}{more}"
+
+
+def _who(log: EvaluationLog, i: int, what: str = "logs") -> str:
+    seed = log.meta.get("seed")
+    return f"{what}[{i}]" + (f" (seed {seed})" if seed is not None else "")
+
+
+def completeness(
+    runs: Sequence[EvaluationLog], baseline: EvaluationLog | None = None
+) -> tuple[list[str], list[str]]:
+    """(incomplete, diverged): one line per partial run (and baseline), one per diverged run."""
+    incomplete: list[str] = []
+    diverged: list[str] = []
+    named = [(log, _who(log, i)) for i, log in enumerate(runs)]
+    if baseline is not None:
+        named.append((baseline, "baseline" + (f" (seed {baseline.meta['seed']})" if "seed" in baseline.meta else "")))
+    for log, who in named:
+        if log.finished_tasks < log.n_tasks:
+            incomplete.append(f"{who}: {log.finished_tasks} of {log.n_tasks} tasks finished")
+        if log.diverged is not None:
+            d = log.diverged
+            diverged.append(f"{who}: training diverged at task {d.task}, iteration {d.iteration} ({d.reason})")
+    return incomplete, diverged
+
+
+def selection_problems(runs: Sequence[EvaluationLog], baseline: EvaluationLog | None) -> tuple[list[str], str | None]:
+    """Runs or a baseline evaluated on different test samples cannot be compared.
+
+    Returns (errors between the runs of one job, the baseline problem). Logs without a recorded
+    selection (``meta.eval_selection.sha256``, written since clgate records it) are not compared.
+    """
+
+    def sel(log: EvaluationLog) -> str | None:
+        v = log.meta.get("eval_selection")
+        return v.get("sha256") if isinstance(v, dict) and isinstance(v.get("sha256"), str) else None
+
+    errors: list[str] = []
+    ref = next(((i, sel(log)) for i, log in enumerate(runs) if sel(log) is not None), None)
+    if ref is not None:
+        for i, log in enumerate(runs):
+            h = sel(log)
+            if h is not None and h != ref[1]:
+                errors.append(
+                    f"{_who(log, i)}: evaluated on other test samples than {_who(runs[ref[0]], ref[0])} "
+                    f"(meta.eval_selection.sha256 {h[:12]} ≠ {ref[1][:12]}); runs of one job must share them"
+                )
+    problem = None
+    if baseline is not None and ref is not None and sel(baseline) is not None and sel(baseline) != ref[1]:
+        problem = (
+            "baseline: evaluated on other test samples than the candidate "
+            f"(meta.eval_selection.sha256 {sel(baseline)[:12]} ≠ {ref[1][:12]}); "  # type: ignore[index]
+            "a comparison across different samples is refused"
+        )
+    return errors, problem
 
 
 def evaluate(
@@ -126,8 +195,11 @@ def evaluate(
         "provenance": dict(provenance or {}),
     }
 
-    errors: list[str] = []
-    baseline_problem: str | None = None
+    errors, baseline_problem = selection_problems(runs, baseline)
+    incomplete, diverged = completeness(runs, baseline)
+    common["complete"] = not incomplete
+    common["incomplete"] = incomplete
+    common["diverged"] = diverged
     metrics: RunsResult | None = None
     base_metrics: MetricsResult | None = None
     try:
@@ -136,7 +208,7 @@ def evaluate(
         if baseline is None:
             errors.append(f"logs: {exc}")
         else:
-            baseline_problem = f"baseline: {exc}"
+            baseline_problem = baseline_problem or f"baseline: {exc}"
             try:
                 metrics = compute_runs(list(runs), **opts)
             except ValueError as exc2:
@@ -145,7 +217,7 @@ def evaluate(
         try:
             base_metrics = compute_metrics(baseline, **opts)
         except ValueError as exc:
-            baseline_problem = f"baseline: {exc}"
+            baseline_problem = baseline_problem or f"baseline: {exc}"
 
     if metrics is None:
         results = [
@@ -165,10 +237,10 @@ def evaluate(
     results = evaluate_rules(
         policy, metrics.runs, baseline=base_metrics, worksheet=sheet, baseline_problem=baseline_problem
     )
-    verdict = verdict_of(results, errors)
+    verdict = verdict_of(results, errors, diverged)
     decision = Decision(
         verdict=verdict,
-        summary=_summary(verdict, results, errors),
+        summary=_summary(verdict, results, errors, incomplete, diverged),
         rules=results,
         errors=errors,
         headline=headline(metrics),
@@ -193,7 +265,8 @@ def decide(
 ) -> Decision:
     """The gate decision for one or more runs (seeds) of one job. Pure and deterministic.
 
-    Verdict: ERROR if a rule cannot be evaluated or the inputs are inconsistent, else FAIL if a
-    ``block`` rule fails, else WARN if a ``warn`` rule fails, else PASS.
+    Verdict: ERROR if the inputs are invalid; FAIL if a run diverged; else ERROR if a rule cannot be
+    evaluated (a partial input that does not already violate it included), else FAIL if a ``block``
+    rule fails, else WARN if a ``warn`` rule fails, else PASS.
     """
     return evaluate(runs, policy, baseline=baseline, provenance=provenance).decision

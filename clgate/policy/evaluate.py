@@ -6,7 +6,7 @@ Pure: metrics results and schema objects in, a :class:`~clgate.schemas.decision.
   (within ``TOLERANCE``, so that 0.8 computed as 0.7999999999999999 still meets a floor of 0.8).
 - ``at``: ``final`` judges the last task; ``task:N`` task N (1-based); ``worst`` the least favourable
   task; ``all`` the same value, with every failing task listed in the evidence. Tasks where a metric
-  is undefined by its definition (forgetting at task 1) are skipped by ``worst``/``all``.
+  is undefined by its definition in every run (forgetting at task 1) are skipped by ``worst``/``all``.
 - Per-class ``min_after_learned``: classes of the last task have no evaluation after their task ended;
   they are skipped (listed in the evidence as ``skipped_last_task``). If nothing is left to judge, the
   rule is an error.
@@ -14,6 +14,15 @@ Pure: metrics results and schema objects in, a :class:`~clgate.schemas.decision.
   ``mean`` the mean over runs. A value missing in any run cannot be averaged: the rule is an error.
 - A rule whose value cannot be computed (metric null, class unknown, no baseline …) has status
   ``error``; any error makes the verdict ERROR. Never a silent pass.
+- Completeness: a task a run did not finish, a scalar of a partial run, a value null in one run but
+  not in another are *missing*, never skipped. The values that exist are judged (a per-task value of
+  a partial run is what the complete run has at that task; a partial run's lowest class accuracy so
+  far bounds its lowest from above): a violation among them is a violation (``fail``). Otherwise the
+  rule is ``error`` ("incomplete input", evidence ``incomplete`` names each run and task missing).
+  Rules on final values of partial runs (``class at: final``, baselines, FMECA, ``over_runs: mean``)
+  cannot be bounded: ``error``.
+- Two-sided rules judge the floor on the run lowest and the ceiling on the run highest; the evidence
+  names both (``floor``/``ceiling``: value, task, seed, run).
 """
 
 from __future__ import annotations
@@ -114,14 +123,123 @@ def _combine(
     return values, which, per_task
 
 
-def _margin(value: float, floor: float | None, ceiling: float | None) -> tuple[float, float, str]:
-    """(margin, threshold, comparison) of the tighter side."""
-    sides = []
-    if floor is not None:
-        sides.append((value - floor, floor, ">="))
-    if ceiling is not None:
-        sides.append((ceiling - value, ceiling, "<="))
-    return min(sides, key=lambda s: s[0])
+class IncompleteInput(RuleError):
+    """The rule needs a task or a seed the input does not have, and what it has does not violate it."""
+
+    def __init__(self, missing: list[dict[str, Any]], note: str = "") -> None:
+        self.missing = missing
+        super().__init__("incomplete input: " + describe_missing(missing) + (f" ({note})" if note else ""))
+
+
+def _unfinished(result: MetricsResult) -> bool:
+    return result.finished_tasks < result.n_tasks
+
+
+def describe_missing(missing: Sequence[dict[str, Any]]) -> str:
+    """``seed 1: task(s) 3, 4, 5 not finished; seed 2: task 2 null`` (one clause per run)."""
+    parts = []
+    for m in missing:
+        tasks = m.get("tasks")
+        where = "" if not tasks else " task(s) " + ", ".join(map(str, tasks))
+        parts.append(f"seed {m['seed']}:{where} {m['why']}")
+    return "; ".join(parts)
+
+
+@dataclass
+class _Cells:
+    """One metric's values, run × task (one column for a scalar), and the cells the input lacks."""
+
+    grid: list[list[float | None]]
+    per_task: bool
+    missing: dict[tuple[int, int], str]  # (run, task index) → why
+
+    def missing_at(self, runs: Sequence[MetricsResult], tasks: Sequence[int]) -> list[dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for (i, k), why in sorted(self.missing.items()):
+            if k not in tasks:
+                continue
+            entry = out.setdefault(i, {"seed": _seed(runs[i], i), "run": i, "tasks": [], "why": why})
+            if self.per_task:
+                entry["tasks"].append(k + 1)
+        return list(out.values())
+
+
+def _cells(runs: Sequence[MetricsResult], metric: str) -> _Cells:
+    """The values of ``metric`` in every run, with the missing cells marked.
+
+    A cell is missing when its run did not finish that task (for a scalar: did not finish at all —
+    a scalar of a partial run does not describe the whole run, whatever value it carries), or when it
+    is null while another run has a value there. A cell null in every finished run is undefined by the
+    metric's definition (forgetting at task 1) and is not missing.
+    """
+    series = [_metric_series(r, metric) for r in runs]
+    per_task = series[0][1]
+    width = max(len(s[0]) for s in series)
+    grid: list[list[float | None]] = []
+    missing: dict[tuple[int, int], str] = {}
+    for i, (r, (vals, _)) in enumerate(zip(runs, series)):
+        row = [vals[k] if k < len(vals) else None for k in range(width)]
+        for k in range(width):
+            if _unfinished(r) and (not per_task or k >= r.finished_tasks):
+                row[k] = None
+                missing[(i, k)] = "not finished" if per_task else (
+                    f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)"
+                )
+        grid.append(row)
+    for k in range(width):
+        if any(g[k] is not None for g in grid):
+            for i, g in enumerate(grid):
+                if g[k] is None and (i, k) not in missing:
+                    missing[(i, k)] = f"{metric} null ({_null_reason([runs[i]], metric)})"
+    return _Cells(grid, per_task, missing)
+
+
+def _judge_side(
+    rule: MetricRule, runs: Sequence[MetricsResult], cells: _Cells, source: str, side: str
+) -> tuple[tuple[float, int, float, int | None] | None, list[int]]:
+    """The least favourable (margin, task index, value, run) of one side of a rule, and the task
+    indices the rule needs that the input lacks. Only cells that exist are judged: they are true values
+    (a per-task value of a partial run is what the complete run would have had at that task)."""
+    threshold = rule.floor if side == "floor" else rule.ceiling
+    assert threshold is not None
+    at, n = parse_at(rule.at)
+    width = len(cells.grid[0])
+    if not cells.per_task:
+        candidates = [0]
+    elif at == "final":
+        candidates = [width - 1]
+    elif at == "task":
+        assert n is not None
+        if n > width:
+            raise RuleError(f"task:{n} does not exist (the log has {width} tasks)")
+        candidates = [n - 1]
+    else:
+        candidates = list(range(width))
+    judged: list[tuple[float, int, float, int | None]] = []
+    lacking: list[int] = []
+    for k in candidates:
+        col = [(g[k], i) for i, g in enumerate(cells.grid) if g[k] is not None]
+        gaps = any((i, k) in cells.missing for i in range(len(runs)))
+        if gaps:
+            lacking.append(k)
+        if not col:
+            if gaps or at in ("worst", "all"):
+                continue  # missing (reported) or undefined by definition at this task (skipped)
+            where = f" at task {k + 1}" if cells.per_task else ""
+            raise RuleError(f"{source} is null{where}: {_null_reason(runs, source)}")
+        if rule.over_runs == "mean":
+            if gaps:
+                continue  # an average over the runs that have a value is not the mean over runs
+            v, run = sum(c[0] for c in col) / len(col), None  # type: ignore[misc]
+        else:
+            pick = min if side == "floor" else max
+            v, run = pick(col, key=lambda c: (c[0], c[1]) if side == "floor" else (c[0], -c[1]))
+        margin = (v - threshold) if side == "floor" else (threshold - v)  # type: ignore[operator]
+        judged.append((margin, k, v, run))  # type: ignore[arg-type]
+    if not judged and not lacking:
+        raise RuleError(f"{source} is null at every task: {_null_reason(runs, source)}")
+    worst = min(judged, key=lambda j: (j[0], j[1])) if judged else None
+    return worst, lacking
 
 
 def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
@@ -131,58 +249,79 @@ def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
         from clgate.policy.model import LCB_METRICS
 
         source = LCB_METRICS[metric]
-    # for a rule with a floor the low values are the bad ones; a pure ceiling: the high ones
-    lower_is_worse = rule.floor is not None
-    values, which, per_task = _combine(runs, source, rule.over_runs, lower_is_worse)
-    at, n = parse_at(rule.at)
-    k_total = len(values)
-    if not per_task:
-        candidates = [0]
-    elif at == "final":
-        candidates = [k_total - 1]
-    elif at == "task":
-        assert n is not None
-        if n > k_total:
-            raise RuleError(f"task:{n} does not exist (the log has {k_total} tasks)")
-        candidates = [n - 1]
-    else:
-        candidates = [k for k in range(k_total) if values[k] is not None]
-        if not candidates:
-            raise RuleError(f"{source} is null at every task: {_null_reason(runs, source)}")
-    judged = []
-    for k in candidates:
-        v = values[k]
-        if v is None:
-            where = f" at task {k + 1}" if per_task else ""
-            if rule.over_runs == "mean" and len(runs) > 1 and any(
-                _metric_series(r, source)[0][k] is not None for r in runs
-            ):
-                raise RuleError(f"{source} is null{where} in some runs: cannot average over runs")
-            raise RuleError(f"{source} is null{where}: {_null_reason(runs, source)}")
-        m, thr, cmp = _margin(v, rule.floor, rule.ceiling)
-        judged.append((m, k, v, thr, cmp))
-    m, k, v, thr, cmp = min(judged, key=lambda j: (j[0], j[1]))
-    run = which[k]
+    cells = _cells(runs, source)
+    at, _ = parse_at(rule.at)
+    sides = [s for s in ("floor", "ceiling") if getattr(rule, s) is not None]
+    results: dict[str, tuple[float, int, float, int | None]] = {}
+    lacking: set[int] = set()
+    failing_tasks: set[int] = set()
+    for side in sides:
+        worst, lack = _judge_side(rule, runs, cells, source, side)
+        lacking.update(lack)
+        if worst is not None:
+            results[side] = worst
+        if at == "all":
+            failing_tasks.update(_failing_tasks(rule, cells, side))
+    violated = any(r[0] < -TOLERANCE for r in results.values())
+    missing = cells.missing_at(runs, sorted(lacking))
+    if missing and not violated:
+        raise IncompleteInput(missing, "cannot average over runs" if rule.over_runs == "mean" else "")
+    side, (m, k, v, run) = min(results.items(), key=lambda s: (s[1][0], s[1][1]))
+    thr = rule.floor if side == "floor" else rule.ceiling
+    cmp = ">=" if side == "floor" else "<="
     evidence: dict[str, Any] = {}
-    if per_task:
+    if cells.per_task:
         evidence["task"] = k + 1
     if run is not None:
         evidence["seed"] = _seed(runs[run], run)
         evidence["run"] = run
-        detail = _task_evidence(runs[run], source, k if per_task else None)
+        detail = _task_evidence(runs[run], source, k if cells.per_task else None)
     else:
         evidence["over_runs"] = "mean"
-        detail = _task_evidence(runs[0], source, k if per_task else None) if len(runs) == 1 else None
+        detail = _task_evidence(runs[0], source, k if cells.per_task else None) if len(runs) == 1 else None
     if detail is not None:
         evidence["detail"] = detail
+    if len(sides) == 2:  # two-sided: each side judged on its own worst run, both named
+        for s, (sm, sk, sv, srun) in results.items():
+            evidence[s] = {
+                "value": sv, "margin": sm, "threshold": getattr(rule, s),
+                **({"task": sk + 1} if cells.per_task else {}),
+                **({"seed": _seed(runs[srun], srun), "run": srun} if srun is not None else {"over_runs": "mean"}),
+            }
     if at == "all":
-        failing = [j[1] + 1 for j in judged if j[0] < -TOLERANCE]
-        evidence["failing_tasks"] = failing
-    where = f" at task {k + 1}" if per_task else ""
+        evidence["failing_tasks"] = sorted(failing_tasks)
+    if missing:
+        evidence["incomplete"] = missing
+    where = f" at task {k + 1}" if cells.per_task else ""
     seed = f", seed {evidence['seed']}" if "seed" in evidence and len(runs) > 1 else ""
     ok = m >= -TOLERANCE
     message = f"{source}{where}{seed} = {fmt_short(v)} ({'meets' if ok else 'violates'} {cmp} {thr:g})"
+    if missing:
+        message += f"; input incomplete ({describe_missing(missing)})"
+    assert thr is not None
     return _Judged(v, thr, cmp, m, evidence, message)
+
+
+def _failing_tasks(rule: MetricRule, cells: _Cells, side: str) -> list[int]:
+    """1-based tasks where some run (or the mean over runs) violates ``side``."""
+    threshold = rule.floor if side == "floor" else rule.ceiling
+    out = []
+    for k in range(len(cells.grid[0])):
+        col = [g[k] for g in cells.grid if g[k] is not None]
+        if not col:
+            continue
+        if rule.over_runs == "mean":
+            if any((i, k) in cells.missing for i in range(len(cells.grid))):
+                continue
+            vals = [sum(col) / len(col)]  # type: ignore[arg-type]
+        else:
+            vals = col
+        for v in vals:
+            margin = (v - threshold) if side == "floor" else (threshold - v)  # type: ignore[operator]
+            if margin < -TOLERANCE:
+                out.append(k + 1)
+                break
+    return out
 
 
 def _select_classes(rule: ClassRule, classes: Sequence[ClassStats]) -> list[int]:
@@ -221,15 +360,29 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         raise RuleError("no per-class statistics in the metrics result")
     picked = _select_classes(rule, classes)
     n_tasks = runs[0].n_tasks
+    partial = [i for i, r in enumerate(runs) if _unfinished(r)]
     rows: list[tuple[float, int, int | None, int | None]] = []  # (value, class, run, iteration)
     skipped = []
+    lacking: set[int] = set()  # runs whose values the rule needs but the input does not have
     for c in picked:
         vals = [_class_value(r.classes[c], rule.at, rule.bound) for r in runs]
-        if any(v is None for v, _ in vals):
-            stats = classes[c]
-            if rule.at == "min_after_learned" and stats.task == n_tasks:
-                skipped.append(stats.name)  # learned last: no point after its task end, nothing to judge
+        stats = classes[c]
+        if rule.at == "min_after_learned" and stats.task == n_tasks:
+            skipped.append(stats.name)  # learned last: no point after its task end, nothing to judge
+            continue
+        if partial:
+            # a partial run's lowest accuracy so far is a true upper bound of its lowest (a violation seen
+            # stays one); its "final" accuracy is not the final one: not judged
+            lacking.update(partial)
+            if rule.at == "final":
+                vals = [(None, None) if i in partial else v for i, v in enumerate(vals)]
+            known = [i for i, (v, _) in enumerate(vals) if v is not None]
+            if not known or rule.over_runs == "mean":
                 continue
+            j = min(known, key=lambda i: (vals[i][0], i))
+            rows.append((vals[j][0], c, j, vals[j][1]))
+            continue
+        if any(v is None for v, _ in vals):
             if rule.bound == "wilson95" and all(
                 _class_value(r.classes[c], rule.at, "point")[0] is not None for r in runs
             ):
@@ -241,6 +394,13 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         else:
             j = min(range(len(known)), key=lambda i: (known[i], i))
             rows.append((known[j], c, j, vals[j][1]))
+    missing = [
+        {"seed": _seed(runs[i], i), "run": i,
+         "why": f"partial run ({runs[i].finished_tasks} of {runs[i].n_tasks} tasks finished)"}
+        for i in sorted(lacking)
+    ]
+    if missing and not any(r[0] - rule.floor < -TOLERANCE for r in rows):
+        raise IncompleteInput(missing)
     if not rows:
         raise RuleError(
             f"nothing to judge: class(es) {', '.join(map(repr, skipped))} are learned in the last task "
@@ -267,6 +427,8 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         evidence["failing_classes"] = failing
     if skipped:
         evidence["skipped_last_task"] = skipped
+    if missing:
+        evidence["incomplete"] = missing
     what = "final accuracy" if rule.at == "final" else "lowest accuracy after learned"
     bound = " (95 % lower bound)" if rule.bound == "wilson95" else ""
     at_iter = f" at iteration {iteration}" if iteration is not None else ""
@@ -276,6 +438,7 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
         f"({'meets' if ok else 'violates'} >= {rule.floor:g}"
         + (f"; {len(failing)} class(es) below" if failing else "")
         + ")"
+        + (f"; input incomplete ({describe_missing(missing)})" if missing else "")
     )
     return _Judged(value, rule.floor, ">=", margin, evidence, message)
 
@@ -353,6 +516,22 @@ def _judge_baseline(
     return _Judged(drop, rule.max_drop, "<=", margin, evidence, message)
 
 
+def _require_complete(runs: Sequence[MetricsResult], baseline: MetricsResult | None) -> None:
+    """Baseline and FMECA rules judge final values: every run (and the baseline) must be complete."""
+    missing = [
+        {"seed": _seed(r, i), "run": i, "why": f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)"}
+        for i, r in enumerate(runs)
+        if _unfinished(r)
+    ]
+    if baseline is not None and _unfinished(baseline):
+        missing.append({
+            "seed": f"{_seed(baseline, 0)} (baseline)", "run": None,
+            "why": f"partial run ({baseline.finished_tasks} of {baseline.n_tasks} tasks finished)",
+        })
+    if missing:
+        raise IncompleteInput(missing)
+
+
 def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
     occ = rule.occurrence
     if rule.fmeca == "priority":
@@ -427,14 +606,19 @@ def evaluate_rules(
             elif isinstance(rule, BaselineRule):
                 if baseline_problem:
                     raise RuleError(baseline_problem)
+                _require_complete(runs, baseline)
                 hib = None if rule.baseline == "classes" else metric_info(rule.baseline).higher_is_better
                 judged = _judge_baseline(rule, runs, baseline, hib)
             else:
                 if worksheet is None:
                     raise RuleError("no FMECA worksheet (no per-class statistics)")
+                _require_complete(runs, None)
                 judged = _judge_fmeca(rule, worksheet)
         except RuleError as exc:
-            results.append(RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}"))
+            extra = {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
+            results.append(
+                RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}", **extra)
+            )
             continue
         passed = judged.margin >= -TOLERANCE
         status: RuleStatus = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
@@ -454,14 +638,19 @@ def evaluate_rules(
     return results
 
 
-def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = ()) -> Verdict:
-    """ERROR over FAIL over WARN over PASS.
+def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = (), diverged: Sequence[str] = ()) -> Verdict:
+    """ERROR over FAIL over WARN over PASS; a diverged run is FAIL whatever its rules say (it cannot
+    pass, and "could not judge" would hide that the candidate blew up), unless the inputs are invalid.
 
-    >>> verdict_of([]), verdict_of([], ["bad log"])
-    ('PASS', 'ERROR')
+    >>> verdict_of([]), verdict_of([], ["bad log"]), verdict_of([], diverged=["seed 1: loss nan"])
+    ('PASS', 'ERROR', 'FAIL')
     """
     statuses = {r.status for r in results}
-    if errors or "error" in statuses:
+    if errors:
+        return "ERROR"
+    if diverged:
+        return "FAIL"
+    if "error" in statuses:
         return "ERROR"
     if "fail" in statuses:
         return "FAIL"

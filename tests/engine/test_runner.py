@@ -135,7 +135,12 @@ def test_future_tasks_and_subsample(tmp_path, synthetic_spec):
 
 
 def test_first_task_learned_is_evaluated_not_trained(tmp_path, synthetic_spec):
-    spec = synthetic_spec(**{"scenario.first_task_learned": True, "strategy.name": "er", "strategy.mem_size": 12})
+    from safetensors.torch import save_file
+
+    weights = tmp_path / "candidate.safetensors"
+    save_file(build_model("mlp", (8,), 6, hidden=32).state_dict(), str(weights))
+    spec = synthetic_spec(**{"scenario.first_task_learned": True, "strategy.name": "er", "strategy.mem_size": 12,
+                             "model.weights": str(weights)})
     (path,) = run_job(spec, tmp_path)
     log = EvaluationLog.load(path)
     assert log.points[0].iteration == 0 and log.points[0].task == 1 and log.points[0].task_end

@@ -138,7 +138,9 @@ def test_third_party_strategy_through_entry_point(tmp_path, monkeypatch, synthet
     assert "smooth" not in available_strategies()
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "smooth" in available_strategies()
-    spec = synthetic_spec(**{"strategy.name": "smooth", "strategy.smoothing": 0.1})
+    # predict_over: all — label smoothing over logits masked to -inf (predict_over: seen) is an infinite
+    # loss, which the runner now stops as a diverged run (issue 9)
+    spec = synthetic_spec(**{"strategy.name": "smooth", "strategy.smoothing": 0.1, "model.predict_over": "all"})
     (path,) = run_job(spec, tmp_path / "out")
     log = EvaluationLog.load(path)
     assert log.meta["strategy"] == "smooth" and log.meta["strategy_params"] == {"smoothing": 0.1}

@@ -50,6 +50,8 @@ def test_library_matches_reference(gen, opts, seed, make_log, reference, referen
     log = EvaluationLog.parse(copy.deepcopy(doc))
     result = compute_metrics(log, windows=WINDOWS, **opts)
     expected = reference(doc, windows=WINDOWS, **opts)
+    if result.finished_tasks < result.n_tasks:  # a partial run's scalars are null (issue 9), per-task kept
+        expected = {k: v if isinstance(v, list) else None for k, v in expected.items()}
     assert list(result.metrics) == metric_ids(WINDOWS)
     for metric_id in result.metrics:
         same(result.metrics[metric_id], expected[metric_id], metric_id)
