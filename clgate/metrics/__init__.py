@@ -1,11 +1,11 @@
-"""clgate metrics: every metric of ``shared/spec/metrics.md``, exact, vectorised, explained.
+"""clgate metrics: every metric of the spec (docs/metrics.md), exact, vectorised, explained.
 
 Start from :func:`compute_metrics` (one log) or :func:`compute_runs` (several seeds); the registry
 (:data:`REGISTRY`, :func:`metric_info`) says what each id means; :class:`LogArrays` holds the tensors
 derived once from a log; :mod:`clgate.metrics.functional` has each metric as a pure numpy function.
 
 >>> from pathlib import Path
->>> from schemas import EvaluationLog
+>>> from clgate.schemas import EvaluationLog
 >>> log = EvaluationLog.load(Path(__file__).parents[2] / "examples" / "logs" / "spec-example.json")
 >>> m = compute_metrics(log)
 >>> m.metrics["mica"], m.evidence["mica"][2]["class_name"]

@@ -1,4 +1,4 @@
-"""Every metric of ``shared/spec/metrics.md`` for one log (:func:`compute_metrics`) or several runs
+"""Every metric of the spec (docs/metrics.md) for one log (:func:`compute_metrics`) or several runs
 (:func:`compute_runs`), with the reason of every ``null``, the evidence behind every worst case, and
 per-class statistics.
 
@@ -236,7 +236,7 @@ def compute_runs(
     position that is null in any run is null in the aggregate (and ``reasons`` says so).
     ``cl_stability = 1 - Σ w_i stddev(c_i)`` over the runs' cl_score criteria (Díaz-Rodríguez eq. 9).
 
-    >>> from schemas import EvaluationLog
+    >>> from clgate.schemas import EvaluationLog
     >>> def run(x):
     ...     return EvaluationLog.parse({"tasks": [[0]], "points": [
     ...         {"iteration": 1, "task": 1, "task_end": True, "accuracy": [x]}]})
