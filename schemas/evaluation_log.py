@@ -1,6 +1,6 @@
 """`clgate.evaluation-log/v1`: what continual evaluation produces and every metric consumes.
 
-The words are in ``shared/spec/evaluation-log.md``; this module is the same contract in code.
+This module is the evaluation-log contract in code (its words are in the docs).
 Every rule of the spec is checked here, and every error names the field and the point, e.g.
 ``points[12].correct[3]: correct (7) exceeds total (5)``.
 

@@ -100,3 +100,25 @@ def test_engine_errors_are_input_errors():
     assert issubclass(DataError, EngineInputError) and issubclass(EngineInputError, InputError)
     assert str(DataError("data.path: no such file")) == "data.path: no such file"
     assert issubclass(StrategyError, InputError)
+
+
+def test_documents_are_read_parsed_and_validated_with_the_callers_error(tmp_path):
+    from clgate.schemas.errors import parse_document, read_text, validate
+
+    class DocError(InputError):
+        what = "doc"
+
+    with pytest.raises(DocError, match="cannot read file") as missing:
+        read_text(tmp_path / "absent.yaml", DocError)
+    assert missing.value.source == str(tmp_path / "absent.yaml")
+    assert parse_document("n: 2", DocError, fields="(n)") == {"n": 2}
+    with pytest.raises(DocError) as not_json:
+        parse_document("n: 2", DocError, syntax="JSON", fields="(n)")
+    assert not_json.value.problems[0].startswith("not valid JSON: ")
+    with pytest.raises(DocError) as listed:
+        parse_document("- 1\n- 2\n", DocError, source="d.yaml", fields="(n)")
+    assert listed.value.problems == ["the document must be a mapping (n)"] and listed.value.source == "d.yaml"
+    with pytest.raises(DocError) as bad:
+        validate(_Doc, {"n": "x"}, DocError, source="d.yaml")
+    assert bad.value.problems == ["n: Input should be a valid integer, unable to parse string as an integer"]
+    assert validate(_Doc, {"n": 3}, DocError).n == 3
