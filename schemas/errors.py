@@ -47,7 +47,9 @@ class InputError(ValueError):
 
     what: ClassVar[str] = ""
 
-    def __init__(self, problems: str | Sequence[str], source: str | None = None, *, what: str | None = None) -> None:
+    def __init__(
+        self, problems: str | Sequence[str], source: str | None = None, *, what: str | None = None
+    ) -> None:
         message = problems if isinstance(problems, str) else None
         lines = problems.splitlines() if isinstance(problems, str) else [str(p) for p in problems]
         self.problems: list[str] = lines or [f"invalid {what or self.what or 'input'}"]

@@ -50,7 +50,9 @@ def test_paths_prefix_and_messages():
 
 
 def test_union_tags_are_left_out_but_a_field_named_like_a_tag_is_kept():
-    exc = _errors({"items": [{"kind": "a", "size": 0}, {"kind": "b", "a": "x"}], "a": {"kind": "a", "size": 0}})
+    exc = _errors(
+        {"items": [{"kind": "a", "size": 0}, {"kind": "b", "a": "x"}], "a": {"kind": "a", "size": 0}}
+    )
     assert problems_of(exc, tags={"items": ("a", "b"), "a": ("a", "b")}) == [
         "items[0].size: Input should be greater than or equal to 1",
         "items[1].a: Input should be a valid integer, unable to parse string as an integer",
@@ -72,7 +74,11 @@ def test_a_model_level_error_gives_its_own_lines():
 
 def test_input_error_message_and_subclasses():
     err = InputError(["a: bad"], "f.yaml", what="thing")
-    assert str(err) == "f.yaml: invalid thing\n  a: bad" and err.problems == ["a: bad"] and err.source == "f.yaml"
+    assert (
+        str(err) == "f.yaml: invalid thing\n  a: bad"
+        and err.problems == ["a: bad"]
+        and err.source == "f.yaml"
+    )
     assert str(InputError("plain message\nsecond line")) == "plain message\nsecond line"
     assert InputError("plain message\nsecond line").problems == ["plain message", "second line"]
     assert InputError([]).problems == ["invalid input"]
@@ -82,7 +88,9 @@ def test_input_error_message_and_subclasses():
 
 def test_the_library_errors_carry_problems_from_the_one_formatter():
     with pytest.raises(EvaluationLogError) as log_err:
-        EvaluationLog.parse({"tasks": [[0]], "points": [{"iteration": -1, "task": 1, "accuracy": [0.5]}]}, "x.json")
+        EvaluationLog.parse(
+            {"tasks": [[0]], "points": [{"iteration": -1, "task": 1, "accuracy": [0.5]}]}, "x.json"
+        )
     assert "points[0].iteration: Input should be greater than or equal to 0" in log_err.value.problems
     assert str(log_err.value).startswith("x.json: invalid evaluation log\n  ")
     with pytest.raises(JobSpecError) as job_err:
