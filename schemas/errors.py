@@ -77,7 +77,7 @@ def loc_to_path(loc: Sequence[int | str]) -> str:
 
 
 def problems_of(
-    exc: ValidationError,
+    exc: ValidationError | Sequence[Mapping[str, Any]],
     *,
     prefix: str = "",
     tags: Mapping[str, Collection[str]] | None = None,
@@ -92,16 +92,18 @@ def problems_of(
     location after the field (or after its list index: ``rules[3].metric.floor``); they are left out
     (``rules[3].floor``).
     ``messages`` replaces the reason of an error type; its text may use ``{field}`` (the location
-    below ``prefix``) and ``{input}``.
+    below ``prefix``) and ``{input}``. ``exc`` may also be the list of a validation error's errors
+    (as FastAPI's ``RequestValidationError.errors()`` gives them).
     """
+    errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
     lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = _without_tags(tuple(err["loc"]), tags)
+    for err in errors:
+        loc = _without_tags(tuple(err.get("loc", ())), tags)
         field = loc_to_path(loc)
         path = _join(prefix, field)
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if messages and err["type"] in messages:
-            msg = messages[err["type"]].format(field=field, input=err.get("input"))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if messages and err.get("type") in messages:
+            msg = messages[str(err["type"])].format(field=field, input=err.get("input"))
         if path:
             lines.append(f"{path}: {msg}")
         else:

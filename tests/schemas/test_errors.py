@@ -47,6 +47,8 @@ def test_paths_prefix_and_messages():
         "n: n is not a number ('x')"
     )
     assert loc_to_path(("points", 12, "correct", 3)) == "points[12].correct[3]"
+    as_list = [{"loc": ("body", "mode"), "msg": "Value error, bad mode", "type": "value_error"}]
+    assert problems_of(as_list) == ["body.mode: bad mode"]
 
 
 def test_union_tags_are_left_out_but_a_field_named_like_a_tag_is_kept():
