@@ -25,12 +25,16 @@ invalid evaluation log
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["InputError", "loc_to_path", "problems_of"]
+__all__ = ["InputError", "loc_to_path", "parse_document", "problems_of", "read_text", "validate"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class InputError(ValueError):
@@ -43,7 +47,9 @@ class InputError(ValueError):
 
     what: ClassVar[str] = ""
 
-    def __init__(self, problems: str | Sequence[str], source: str | None = None, *, what: str | None = None) -> None:
+    def __init__(
+        self, problems: str | Sequence[str], source: str | None = None, *, what: str | None = None
+    ) -> None:
         message = problems if isinstance(problems, str) else None
         lines = problems.splitlines() if isinstance(problems, str) else [str(p) for p in problems]
         self.problems: list[str] = lines or [f"invalid {what or self.what or 'input'}"]
@@ -71,7 +77,7 @@ def loc_to_path(loc: Sequence[int | str]) -> str:
 
 
 def problems_of(
-    exc: ValidationError,
+    exc: ValidationError | Sequence[Mapping[str, Any]],
     *,
     prefix: str = "",
     tags: Mapping[str, Collection[str]] | None = None,
@@ -86,16 +92,18 @@ def problems_of(
     location after the field (or after its list index: ``rules[3].metric.floor``); they are left out
     (``rules[3].floor``).
     ``messages`` replaces the reason of an error type; its text may use ``{field}`` (the location
-    below ``prefix``) and ``{input}``.
+    below ``prefix``) and ``{input}``. ``exc`` may also be the list of a validation error's errors
+    (as FastAPI's ``RequestValidationError.errors()`` gives them).
     """
+    errors = exc.errors(include_url=False) if isinstance(exc, ValidationError) else exc
     lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = _without_tags(tuple(err["loc"]), tags)
+    for err in errors:
+        loc = _without_tags(tuple(err.get("loc", ())), tags)
         field = loc_to_path(loc)
         path = _join(prefix, field)
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if messages and err["type"] in messages:
-            msg = messages[err["type"]].format(field=field, input=err.get("input"))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if messages and err.get("type") in messages:
+            msg = messages[str(err["type"])].format(field=field, input=err.get("input"))
         if path:
             lines.append(f"{path}: {msg}")
         else:
@@ -123,3 +131,55 @@ def _join(prefix: str, path: str) -> str:
     if not prefix or not path:
         return prefix or path
     return prefix + path if path.startswith("[") else f"{prefix}.{path}"
+
+
+# ---------------------------------------------------------------------------------------------- documents
+def read_text(path: Path, error: type[InputError]) -> str:
+    """The UTF-8 text of ``path``; an unreadable file raises ``error`` naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
+
+
+def parse_document(
+    data: str | bytes | Mapping[str, Any],
+    error: type[InputError],
+    *,
+    source: str | None = None,
+    syntax: Literal["YAML", "JSON", "YAML/JSON"] = "YAML/JSON",
+    fields: str,
+) -> dict[str, Any]:
+    """A document given as text (YAML, or JSON, which is YAML) or as a mapping, as a dict.
+
+    Text that does not parse, or a document that is not a mapping, raises ``error`` with one line that
+    says so (``fields`` names the expected fields, e.g. ``"name, rules, …"``).
+    """
+    if isinstance(data, (str, bytes)):
+        try:
+            if syntax == "JSON":
+                data = json.loads(data)
+            else:
+                import yaml
+
+                data = yaml.safe_load(data)
+        except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError, …: a problem to report, not a crash
+            raise error([f"not valid {syntax}: {exc}"], source) from None
+    if not isinstance(data, Mapping):
+        raise error([f"the document must be a mapping {fields}"], source)
+    return dict(data)
+
+
+def validate(
+    model: type[M],
+    data: Any,
+    error: type[InputError],
+    *,
+    source: str | None = None,
+    tags: Mapping[str, Collection[str]] | None = None,
+) -> M:
+    """``model.model_validate(data)``; a pydantic error raises ``error`` with :func:`problems_of`'s lines."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(problems_of(exc, tags=tags), source) from None

@@ -29,9 +29,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.errors import InputError, parse_document, read_text, validate
 from clgate.schemas.vocab import EngineMode
 
 JOB_FORMAT: Final = "clgate.job/v1"
@@ -337,33 +337,15 @@ class JobSpec(_Strict):
     def load(cls, path: str | Path) -> JobSpec:
         """Read a YAML (``.yaml``/``.yml``) or JSON job file; raises :class:`JobSpecError`."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise JobSpecError([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
+        text = read_text(path, JobSpecError)
         return cls.parse(text, source=str(path), yaml=path.suffix.lower() in (".yaml", ".yml"))
 
     @classmethod
     def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> JobSpec:
         """Validate a job given as YAML/JSON text (JSON is YAML) or a dict."""
-        if isinstance(text, dict):
-            data: Any = text
-        else:
-            try:
-                if yaml:
-                    import yaml as pyyaml
-
-                    data = pyyaml.safe_load(text)
-                else:
-                    data = json.loads(text)
-            except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: report, no traceback
-                raise JobSpecError([f"not valid {'YAML' if yaml else 'JSON'}: {exc}"], source) from None
-        if not isinstance(data, dict):
-            raise JobSpecError(["the document must be a mapping of fields (data, scenario, model …)"], source)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise JobSpecError(_problems(exc), source) from None
+        data = parse_document(text, JobSpecError, source=source, syntax="YAML" if yaml else "JSON",
+                              fields="of fields (data, scenario, model …)")
+        return validate(cls, data, JobSpecError, source=source, tags=_TAGS)
 
     def dump(self, path: str | Path) -> None:
         """Write as YAML (``.yaml``/``.yml``) or JSON."""
@@ -410,10 +392,7 @@ class JobSpec(_Strict):
                 node[parts[-1]] = value
         if problems:
             raise JobSpecError(problems)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            raise JobSpecError(_problems(exc)) from None
+        return validate(cls, data, JobSpecError, tags=_TAGS)
 
 
 def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str]) -> list[tuple[str, Any]]:
@@ -435,8 +414,4 @@ def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str])
     return items
 
 
-def _problems(exc: ValidationError) -> list[str]:
-    return problems_of(exc, tags={"data": _DATA_KINDS})
-
-
-_DATA_KINDS = ("digits", "npz", "image_folder", "synthetic")  # the tags of the data union in error locations
+_TAGS = {"data": ("digits", "npz", "image_folder", "synthetic")}  # the data union's tags in error locations

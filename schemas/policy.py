@@ -37,12 +37,9 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
-    ValidationError,
     field_validator,
     model_validator,
 )
-
-from clgate.schemas.errors import problems_of
 
 POLICY_FORMAT: Final = "clgate.policy/v1"
 
@@ -338,8 +335,3 @@ def rule_label(rule: MetricRule | ClassRule | BaselineRule | FmecaRule, index: i
 
 def _num(x: float) -> str:
     return f"{x:g}" if math.isfinite(x) else str(x)
-
-
-def policy_error_lines(exc: ValidationError) -> list[str]:
-    """One ``rules[3].floor: reason`` line per error (the rule's union tag left out of the path)."""
-    return problems_of(exc, tags={"rules": RULE_TAGS})

@@ -33,11 +33,26 @@ def _import_tree(tmp: Path) -> Path:
 def test_mypy_is_clean_on_schemas_and_the_pure_core(tmp_path):
     pytest.importorskip("mypy", reason="mypy comes with the dev extra")
     tree = _import_tree(tmp_path / "tree")
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-           "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", "--hide-error-context"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--no-error-summary",
+        "--hide-error-context",
+    ]
     for package in CHECKED:
         cmd += ["-p", package]
-    done = subprocess.run(cmd, cwd=ROOT, env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env={"MYPYPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     report = (done.stdout + done.stderr).replace(f"{tree}/", "")
     assert done.returncode == 0, report

@@ -1,4 +1,4 @@
-"""The numpy tensors every metric reads, derived once from an :class:`~schemas.EvaluationLog`.
+"""The numpy tensors every metric reads, derived once from an :class:`~clgate.schemas.EvaluationLog`.
 
 Notation of ``docs/evaluation-log.md``: ``P`` evaluation points, ``C`` classes, ``K`` tasks,
 ``F`` finished tasks (``F = K`` unless the log is ``partial``). Positions are 0-based; accuracies are
@@ -105,7 +105,7 @@ class LogArrays:
     accuracies (rows of unfinished tasks are ``NaN``; ``R[i, j]`` for ``j > i`` only where future tasks
     were evaluated).
 
-    >>> from schemas import EvaluationLog
+    >>> from clgate.schemas import EvaluationLog
     >>> log = EvaluationLog.parse({"tasks": [[0], [1, 2]], "points": [
     ...     {"iteration": 5, "task": 1, "task_end": True, "accuracy": [0.9, None, None]},
     ...     {"iteration": 9, "task": 2, "task_end": True, "accuracy": [0.5, 0.8, 0.6]}]})
@@ -141,7 +141,7 @@ class LogArrays:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_log(cls, log: EvaluationLog, *, task_accuracy: TaskAccuracy = "macro") -> LogArrays:
-        """Build the tensors of a validated :class:`~schemas.EvaluationLog` (one pass over the points)."""
+        """The tensors of a validated :class:`~clgate.schemas.EvaluationLog` (one pass over the points)."""
         if task_accuracy not in ("macro", "micro"):
             raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
         n_classes, n_tasks = log.n_classes, log.n_tasks

@@ -240,7 +240,7 @@ def compute_runs(
     position that is null in any run is null in the aggregate (and ``reasons`` says so).
     ``cl_stability = 1 - Σ w_i stddev(c_i)`` over the runs' cl_score criteria (Díaz-Rodríguez eq. 9).
 
-    >>> from schemas import EvaluationLog
+    >>> from clgate.schemas import EvaluationLog
     >>> def run(x):
     ...     return EvaluationLog.parse({"tasks": [[0]], "points": [
     ...         {"iteration": 1, "task": 1, "task_end": True, "accuracy": [x]}]})

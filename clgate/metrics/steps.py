@@ -149,7 +149,9 @@ class MetricContext:
             return None
         lcb_r = np.full((a.n_tasks, a.n_classes), np.nan)
         ends = a.task_end_idx
-        lcb_r[: a.finished_tasks] = wilson_interval(a.correct[ends], a.total[ends], confidence=self.confidence)[0]
+        lcb_r[: a.finished_tasks] = wilson_interval(
+            a.correct[ends], a.total[ends], confidence=self.confidence
+        )[0]
         return lcb_r
 
     def windowed(self, window: int) -> fn.Windowed:
@@ -239,10 +241,13 @@ def fwt_lifetime(ctx: MetricContext) -> Outcome:
     holes = np.argwhere(upper & np.isnan(Rf))
     if len(holes):
         i, j = (int(x) + 1 for x in holes[0])
-        return Outcome(None, reason=(
-            f"{NEED_REASONS['future_tasks']}; e.g. task {j} was not evaluated "
-            f"at the end of task {i} ({len(holes)} of {int(upper.sum())} entries missing)"
-        ))
+        return Outcome(
+            None,
+            reason=(
+                f"{NEED_REASONS['future_tasks']}; e.g. task {j} was not evaluated "
+                f"at the end of task {i} ({len(holes)} of {int(upper.sum())} entries missing)"
+            ),
+        )
     return Outcome(fn.lifetime_forward_transfer(Rf))
 
 
@@ -257,14 +262,18 @@ def ms(ctx: MetricContext) -> Outcome:
 
 def sss(ctx: MetricContext) -> Outcome:
     res = _resources(ctx)
-    return Outcome(fn.samples_storage_efficiency(res["buffer_bytes"], res["train_bytes"]),
-                   reason="train_bytes sum to 0: the storage ratio is undefined")
+    return Outcome(
+        fn.samples_storage_efficiency(res["buffer_bytes"], res["train_bytes"]),
+        reason="train_bytes sum to 0: the storage ratio is undefined",
+    )
 
 
 def ce(ctx: MetricContext) -> Outcome:
     res = _resources(ctx)
-    return Outcome(fn.computational_efficiency(res["ops_pass"], res["ops_train"], epsilon=ctx.epsilon),
-                   reason="ops_train is 0 for some task: the efficiency ratio is undefined")
+    return Outcome(
+        fn.computational_efficiency(res["ops_pass"], res["ops_train"], epsilon=ctx.epsilon),
+        reason="ops_train is 0 for some task: the efficiency ratio is undefined",
+    )
 
 
 def cl_score(ctx: MetricContext, *, criteria: Sequence[str]) -> Outcome:
@@ -272,8 +281,11 @@ def cl_score(ctx: MetricContext, *, criteria: Sequence[str]) -> Outcome:
     values = [ctx.metrics[c] for c in criteria]
     missing = [c for c, v, wi in zip(criteria, values, ctx.weights, strict=True) if v is None and wi != 0]
     if missing:
-        return Outcome(None, reason="needs every criterion with a non-zero weight; null: " + ", ".join(
-            f"{c} ({ctx.reasons.get(c, 'undefined')})" for c in missing))
+        return Outcome(
+            None,
+            reason="needs every criterion with a non-zero weight; null: "
+            + ", ".join(f"{c} ({ctx.reasons.get(c, 'undefined')})" for c in missing),
+        )
     return Outcome(fn.cl_score(np.array([np.nan if v is None else v for v in values]), ctx.weights))
 
 
@@ -287,9 +299,14 @@ def min_acc(ctx: MetricContext) -> Outcome:
     ends = a.task_end_idx
     values, run = ctx.min_acc
     evidence = [
-        {"tasks": [
-            {"task": i + 1, "min": num(run.value[ends[k], i]), **ctx.point(run.row[ends[k], i])} for i in range(k)
-        ]} if 1 <= k < F else None
+        {
+            "tasks": [
+                {"task": i + 1, "min": num(run.value[ends[k], i]), **ctx.point(run.row[ends[k], i])}
+                for i in range(k)
+            ]
+        }
+        if 1 <= k < F
+        else None
         for k in range(a.n_tasks)
     ]
     return Outcome(values, evidence)
@@ -301,7 +318,9 @@ def wc_acc(ctx: MetricContext) -> Outcome:
     curve = fn.worst_case_accuracy_curve(a.task_acc[: a.horizon], a.point_task[: a.horizon], ends)
     p = int(ends[-1])
     evidence = {
-        **ctx.point(p), "task": F, "current_task_accuracy": num(a.task_acc[p, F - 1]),
+        **ctx.point(p),
+        "task": F,
+        "current_task_accuracy": num(a.task_acc[p, F - 1]),
         "min_acc": num(ctx.min_acc[0][F - 1]) if F > 1 else None,
     }
     return Outcome(curve[p], evidence, "undefined at the last task end")
@@ -322,7 +341,9 @@ def min_class_acc(ctx: MetricContext) -> Outcome:
         points = fn.first_point_of_minimum(
             a.class_acc, a.task_end_idx, np.where(ok, minima.segment[rows, cls], -1), cls, best
         )
-        for k, c, v, p in zip(rows[ok], cls[ok], best[ok], points[ok], strict=True):  # loop over tasks: evidence records
+        for k, c, v, p in zip(
+            rows[ok], cls[ok], best[ok], points[ok], strict=True
+        ):  # loop over tasks: evidence records
             evidence[int(k)] = {**ctx.cls(int(c)), "value": float(v), **ctx.point(int(p))}
     return Outcome(values, evidence)
 
@@ -334,14 +355,20 @@ def _windowed(ctx: MetricContext, window: int, forgetting: bool) -> Outcome:
     else:
         value, first, second = ext.plasticity, ext.plasticity_from, ext.plasticity_to
     iterations = ctx.a.iterations
-    evidence = {"window": window, "tasks": [
-        {"task": i + 1, "value": float(value[i]),
-         "from_point": int(first[i]) if first[i] >= 0 else None,
-         "from_iteration": int(iterations[first[i]]) if first[i] >= 0 else None,
-         "to_point": int(second[i]) if second[i] >= 0 else None,
-         "to_iteration": int(iterations[second[i]]) if second[i] >= 0 else None}
-        for i in range(ctx.finished)
-    ]}
+    evidence = {
+        "window": window,
+        "tasks": [
+            {
+                "task": i + 1,
+                "value": float(value[i]),
+                "from_point": int(first[i]) if first[i] >= 0 else None,
+                "from_iteration": int(iterations[first[i]]) if first[i] >= 0 else None,
+                "to_point": int(second[i]) if second[i] >= 0 else None,
+                "to_iteration": int(iterations[second[i]]) if second[i] >= 0 else None,
+            }
+            for i in range(ctx.finished)
+        ],
+    }
     return Outcome(float(np.mean(value)) if ctx.finished else None, evidence, NO_TASK)
 
 
@@ -356,12 +383,20 @@ def windowed_plasticity(ctx: MetricContext, *, window: int) -> Outcome:
 # --------------------------------------------------------------------------------------- clgate extensions
 def mica_lcb(ctx: MetricContext) -> Outcome:
     a, F = ctx.a, ctx.finished
-    assert ctx.lcb is not None and a.correct is not None and a.total is not None  # need "counts" checked before
+    assert (
+        ctx.lcb is not None and a.correct is not None and a.total is not None
+    )  # need "counts" checked before
     lcb = fn.minimal_class_accuracy(ctx.lcb, a.class_task)
     ends = a.task_end_idx
     evidence = [
-        {**ctx.cls(c), "lcb": num(v), "correct": int(a.correct[ends[k], c]), "total": int(a.total[ends[k], c])}
-        if k < F and c >= 0 else None
+        {
+            **ctx.cls(c),
+            "lcb": num(v),
+            "correct": int(a.correct[ends[k], c]),
+            "total": int(a.total[ends[k], c]),
+        }
+        if k < F and c >= 0
+        else None
         for k, (v, c) in enumerate(zip(lcb.value, lcb.cls, strict=True))
     ]
     return Outcome(lcb.value, evidence)
@@ -371,8 +406,12 @@ def class_regression(ctx: MetricContext) -> Outcome:
     b = ctx.baseline
     assert b is not None  # need "baseline" checked before
     if ctx.unfinished:
-        return Outcome(None, reason=(
-            f"final class accuracies need complete logs; {' and '.join(ctx.unfinished)} not finished"))
+        return Outcome(
+            None,
+            reason=(
+                f"final class accuracies need complete logs; {' and '.join(ctx.unfinished)} not finished"
+            ),
+        )
     a = ctx.a
     cand, base = a.r[a.finished_tasks - 1], b.r[b.finished_tasks - 1]
     value, c = fn.class_regression(base, cand)

@@ -10,14 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError, model_validator
+from pydantic import model_validator
 
-from clgate.schemas.errors import InputError
-from clgate.schemas.policy import (
-    BaselineRule,
-    MetricRule,
-    policy_error_lines,
-)
+from clgate.schemas.errors import InputError, parse_document, read_text, validate
+from clgate.schemas.policy import RULE_TAGS, BaselineRule, MetricRule
 from clgate.schemas.policy import Policy as PolicySchema
 
 # Metrics that have a lower-confidence-bound counterpart computed by clgate.metrics.
@@ -118,26 +114,11 @@ class Policy(PolicySchema):
 
 def parse_policy(data: dict[str, Any] | str | bytes, source: str | None = None) -> Policy:
     """Validate a policy given as a dict or YAML/JSON text; raises :class:`PolicyError`."""
-    if isinstance(data, (str, bytes)):
-        import yaml
-
-        try:
-            data = yaml.safe_load(data)
-        except yaml.YAMLError as exc:
-            raise PolicyError([f"not valid YAML/JSON: {exc}"], source) from None
-    if not isinstance(data, dict):
-        raise PolicyError(["the document must be a mapping (name, rules, …)"], source)
-    try:
-        return Policy.model_validate(data)
-    except ValidationError as exc:
-        raise PolicyError(policy_error_lines(exc), source) from None
+    document = parse_document(data, PolicyError, source=source, fields="(name, rules, …)")
+    return validate(Policy, document, PolicyError, source=source, tags={"rules": RULE_TAGS})
 
 
 def load_policy(path: str | Path) -> Policy:
     """Read a ``.yaml``/``.yml``/``.json`` policy; raises :class:`PolicyError` naming the rule and field."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
-    return parse_policy(text, source=str(path))
+    return parse_policy(read_text(path, PolicyError), source=str(path))

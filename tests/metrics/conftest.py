@@ -184,7 +184,7 @@ def reference_metrics(
         m["wamica"] = (1 - (max(micas) - min(micas))) / F * sum(micas)
 
     def af(k: int) -> float:
-        return sum(max(R[l][j] for l in range(j, k)) - R[k][j] for j in range(k)) / k
+        return sum(max(R[i][j] for i in range(j, k)) - R[k][j] for j in range(k)) / k
 
     m["af"] = per_task(af, 1)
     m["raa"] = [None if v is None else v * Ck[k] / Ck[-1] for k, v in enumerate(m["acc"])]
@@ -216,8 +216,8 @@ def reference_metrics(
     else:
         m["ms"] = m["sss"] = m["ce"] = None
     crit = [m[c] for c in CRITERIA]
-    if all(v is not None or w == 0 for v, w in zip(crit, weights)):
-        m["cl_score"] = sum(w * v for v, w in zip(crit, weights) if w != 0)
+    if all(v is not None or w == 0 for v, w in zip(crit, weights, strict=True)):
+        m["cl_score"] = sum(w * v for v, w in zip(crit, weights, strict=True) if w != 0)
     else:
         m["cl_score"] = None
     m["cl_stability"] = None
@@ -345,7 +345,7 @@ def reference_stability():
 def assert_same(actual: Any, expected: Any, what: str, tol: float = 1e-9) -> None:
     if isinstance(expected, list):
         assert isinstance(actual, list) and len(actual) == len(expected), f"{what}: {actual} != {expected}"
-        for k, (x, y) in enumerate(zip(actual, expected)):
+        for k, (x, y) in enumerate(zip(actual, expected, strict=True)):
             assert_same(x, y, f"{what}[{k}]", tol)
         return
     if expected is None:

@@ -175,7 +175,7 @@ def test_runs_aggregate_mean_std_worst_and_cl_stability(make_log, reference, ref
     criteria = [[r[c] for c in CL_CRITERIA] for r in per_run]
     assert runs.metrics["cl_stability"] == pytest.approx(reference_stability(criteria))
     assert runs.metrics["cl_stability"] == pytest.approx(
-        1 - sum(statistics.stdev(col) / 7 for col in zip(*criteria)))
+        1 - sum(statistics.stdev(col) / 7 for col in zip(*criteria, strict=True)))
 
 
 def test_one_run_has_no_stability_and_runs_must_share_tasks(make_log):

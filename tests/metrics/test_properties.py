@@ -36,7 +36,7 @@ def log_docs(draw, *, equal_sizes: bool = False, counts: bool | None = None) -> 
     for k in range(1, K + 1):
         seen = {c for t in tasks[:k] for c in t}
         for q in range(draw(st.integers(0, 5)) + 1):
-            end = q > 0 and draw(st.booleans()) or q == 5
+            end = (q > 0 and draw(st.booleans())) or q == 5
             evaluated = [c in seen or (future and end) or (future and draw(st.booleans())) for c in range(C)]
             if not end:
                 evaluated = [e and draw(st.integers(0, 4)) > 0 for e in evaluated]
@@ -85,11 +85,11 @@ def test_permuting_classes_inside_a_task_changes_nothing(doc, data):
     perm = list(range(C))  # perm[old id] = new id, only within each task
     for t in doc["tasks"]:
         shuffled = data.draw(st.permutations(t))
-        for old, new in zip(t, shuffled):
+        for old, new in zip(t, shuffled, strict=True):
             perm[old] = new
     moved = copy.deepcopy(doc)
     moved["tasks"] = [data.draw(st.permutations([perm[c] for c in t])) for t in doc["tasks"]]
-    for p_old, p_new in zip(doc["points"], moved["points"]):
+    for p_old, p_new in zip(doc["points"], moved["points"], strict=True):
         for key in ("correct", "total", "accuracy"):
             if key in p_old:
                 p_new[key] = [None] * C
@@ -111,7 +111,7 @@ def test_mica_never_exceeds_acc(doc, micro):
     m = compute_metrics(log, task_accuracy=mode, windows=WINDOWS).metrics
     for mica, acc in zip(m["mica"], m["acc"], strict=True):
         assert mica <= acc + 1e-12
-    for old, mica in zip(m["mica_old"][1:], m["mica"][1:]):
+    for old, mica in zip(m["mica_old"][1:], m["mica"][1:], strict=True):
         assert old >= mica - 1e-12  # fewer classes, higher minimum
 
 
@@ -191,7 +191,7 @@ def test_streaming_equals_batch(doc, data):
         if isinstance(value, list):
             got = part.metrics[metric_id]
             assert got[k + 1 :] == [None] * (K - k - 1)
-            for x, y in zip(got[: k + 1], value[: k + 1]):
+            for x, y in zip(got[: k + 1], value[: k + 1], strict=True):
                 assert (x is None) == (y is None) and (x is None or math.isclose(x, y, abs_tol=1e-12)), metric_id
     if k == K - 1:
         assert part.metrics == full.metrics

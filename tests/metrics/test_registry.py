@@ -77,7 +77,7 @@ def test_a_metric_whose_hard_need_is_missing_is_null_with_a_reason(need, full_do
     baseline = EvaluationLog.parse(baseline_doc)
     if need == "counts":
         for p in doc["points"]:
-            p["accuracy"] = [k / n if n else None for k, n in zip(p.pop("correct"), p.pop("total"))]
+            p["accuracy"] = [k / n if n else None for k, n in zip(p.pop("correct"), p.pop("total"), strict=True)]
     elif need == "future_tasks":
         for p in doc["points"]:
             seen = {c for t in doc["tasks"][: p["task"]] for c in t}

@@ -97,7 +97,7 @@ def test_accuracy_outside_unit_interval(doc: dict, value: float, shown: str) -> 
 
 def test_accuracy_instead_of_counts_is_valid(doc: dict) -> None:
     for point in doc["points"]:
-        point["accuracy"] = [c / t if t else None for c, t in zip(point.pop("correct"), point.pop("total"))]
+        point["accuracy"] = [c / t if t else None for c, t in zip(point.pop("correct"), point.pop("total"), strict=True)]
     log = EvaluationLog.parse(doc)
     assert not log.points[0].has_counts
 
@@ -133,7 +133,8 @@ def test_task_without_task_end(doc: dict) -> None:
 def test_last_task_without_task_end(doc: dict) -> None:
     doc["points"][5]["task_end"] = False
     assert problems(doc) == [
-        "points: task(s) 3 have no task_end point (every task needs exactly one; set partial: true for a run that was cut short)"
+        "points: task(s) 3 have no task_end point "
+        "(every task needs exactly one; set partial: true for a run that was cut short)"
     ]
 
 
@@ -147,7 +148,8 @@ def test_task_end_not_last_point_of_task(doc: dict) -> None:
     later.update(iteration=120, task_end=False)
     doc["points"].insert(2, later)
     assert problems(doc) == [
-        "points[2].task_end: points[1] already ended task 1; the task_end point must be the last point of its task"
+        "points[2].task_end: points[1] already ended task 1; "
+        "the task_end point must be the last point of its task"
     ]
 
 

@@ -88,7 +88,7 @@ def test_load_errors(tmp_path):
     spec = JobSpec.load(EXAMPLES / "digits-er.yaml")
     with pytest.raises(JobSpecError, match="expected key=value"):
         spec.with_overrides(["training.epochs"])
-    with pytest.raises(JobSpecError, match="training.epochs: Input should be a valid integer"):
+    with pytest.raises(JobSpecError, match=r"training\.epochs: Input should be a valid integer"):
         spec.with_overrides(["training.epochs=many"])
 
 

@@ -42,8 +42,15 @@ def test_job_states_and_terminal():
 
 @pytest.mark.parametrize(
     ("verdict", "strict", "code"),
-    [("PASS", False, 0), ("PASS", True, 0), ("WARN", False, 0), ("WARN", True, 1), ("FAIL", False, 1),
-     ("ERROR", False, 2), ("ERROR", True, 2)],
+    [
+        ("PASS", False, 0),
+        ("PASS", True, 0),
+        ("WARN", False, 0),
+        ("WARN", True, 1),
+        ("FAIL", False, 1),
+        ("ERROR", False, 2),
+        ("ERROR", True, 2),
+    ],
 )
 def test_exit_codes(verdict, strict, code):
     assert exit_code(verdict, fail_on_warn=strict) == code
