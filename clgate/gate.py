@@ -6,8 +6,10 @@ decision itself is :func:`clgate.policy.decide` (pure), the files come from :mod
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from clgate.policy import Policy, evaluate
@@ -43,6 +45,7 @@ def gate_logs(
     """Decide on ``logs`` (several logs = several seeds of one job) and, with ``out_dir``, write
     ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``.
     """
+    started, t0 = datetime.now(timezone.utc), time.perf_counter()
     ev = evaluate(logs, policy, baseline=baseline, provenance=provenance)
     result = GateResult(ev.decision, ev.metrics, ev.baseline_metrics)
     if out_dir is not None:
@@ -50,6 +53,6 @@ def gate_logs(
 
         result.files = write_reports(
             ev.decision, Path(out_dir), metrics=ev.metrics, baseline_metrics=ev.baseline_metrics,
-            logs=list(logs), policy=policy,
+            logs=list(logs), policy=policy, generated_at=started, elapsed_s=time.perf_counter() - t0,
         )
     return result
