@@ -41,9 +41,11 @@ def gate_logs(
     baseline: EvaluationLog | None = None,
     out_dir: Path | None = None,
     provenance: dict | None = None,
+    report_url: str | None = None,
 ) -> GateResult:
     """Decide on ``logs`` (several logs = several seeds of one job) and, with ``out_dir``, write
-    ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``.
+    ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``
+    (``report_url``: where report.html will be served, linked from report.md).
     """
     started, t0 = datetime.now(timezone.utc), time.perf_counter()
     ev = evaluate(logs, policy, baseline=baseline, provenance=provenance)
@@ -54,5 +56,6 @@ def gate_logs(
         result.files = write_reports(
             ev.decision, Path(out_dir), metrics=ev.metrics, baseline_metrics=ev.baseline_metrics,
             logs=list(logs), policy=policy, generated_at=started, elapsed_s=time.perf_counter() - t0,
+            report_url=report_url,
         )
     return result

@@ -112,6 +112,21 @@ def md_text(text: Any) -> str:
     return "\\" + t if t[:1] in ("-", "+", "=", ">") else t  # no list, quote or heading at a line's start
 
 
+def css_string(text: Any) -> str:
+    """User text as a quoted CSS string (the printed page header): every character other than letters,
+    digits, space and ``.,:-`` as a CSS hex escape, so nothing can close the string or the style sheet.
+    The one escaping helper for CSS.
+
+    >>> print(css_string('a"b</style>'))
+    "a\\22 b\\3c \\2f style\\3e "
+    """
+    out = ['"']
+    for ch in " ".join(str(text).splitlines()):
+        out.append(ch if ch.isascii() and (ch.isalnum() or ch in " .,:-") else f"\\{ord(ch):x} ")
+    out.append('"')
+    return "".join(out)
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """An error rate (a fraction) as a percentage for people.
 
@@ -171,6 +186,20 @@ def fmeca_note(decision: Decision) -> str | None:
     return " ".join(parts) or None
 
 
+def fmeca_counts(sheet: FmecaWorksheet) -> str:
+    """How many modes at each action priority, for the worst error after learned and the final error.
+
+    >>> from clgate.schemas.fmeca import FmecaWorksheet
+    >>> fmeca_counts(FmecaWorksheet(rows=[], matrix=[]))
+    'worst error after learned: 0 High · 0 Medium · 0 Low; final error: 0 High · 0 Medium · 0 Low'
+    """
+    parts = []
+    for label, attr in (("worst error after learned", "priority_worst"), ("final error", "priority_final")):
+        n = {p: sum(1 for r in sheet.rows if getattr(r, attr) == p) for p in ("High", "Medium", "Low")}
+        parts.append(f"{label}: {n['High']} High · {n['Medium']} Medium · {n['Low']} Low")
+    return "; ".join(parts) + (f"; {sheet.unrated} unrated" if sheet.unrated else "")
+
+
 def _priority(p: str | None) -> str:
     return "unrated" if p is None else p
 
@@ -223,13 +252,11 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
         lines += ["", f"Worst classes (final accuracy): {worst}"]
     if d.fmeca is not None and d.fmeca.rows:
         rows = d.fmeca.rows
-        counts = {p: sum(1 for r in rows if r.priority_worst == p) for p in ("High", "Medium", "Low")}
-        unrated = f" · {d.fmeca.unrated} unrated" if d.fmeca.unrated else ""
         shown = rows[:max_fmeca_rows]
         lines += [
             "",
-            (f"**FMECA**: {counts['High']} High · {counts['Medium']} Medium · {counts['Low']} Low action "
-             f"priority{unrated} (worst error after learned) · top {len(shown)} of {len(rows)}"),
+            f"**FMECA** ({len(rows)} failure modes, top {len(shown)} shown), action priority by "
+            f"{fmeca_counts(d.fmeca)}",
         ]
         note = fmeca_note(d)
         if note:
@@ -449,9 +476,10 @@ def render_html(
     )
     env.filters["fmt"] = fmt
     env.filters["pct"] = pct
+    env.filters["css_string"] = css_string
     env.globals.update(
         evidence_text=evidence_text, threshold_text=threshold_text, icon=_ICON,
-        verdict_icon=_VERDICT_ICON, matrix_color=_matrix_color,
+        verdict_icon=_VERDICT_ICON, matrix_color=_matrix_color, fmeca_counts=fmeca_counts,
     )
     template = env.get_template("report.html.j2")
     when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
@@ -462,6 +490,8 @@ def render_html(
         policy=policy,
         model=model_label(decision, logs),
         date=when.strftime("%Y-%m-%d %H:%M UTC"),
+        page_header=(f"{model_label(decision, logs)} · {decision.verdict} · policy {decision.policy_name} "
+                     f"v{decision.policy_version} · {when.strftime('%Y-%m-%d %H:%M UTC')}"),
         worst_moment=worst_moment_text(decision),
         fmeca_note=fmeca_note(decision),
         provenance_json=json.dumps(decision.provenance, indent=2, sort_keys=True, default=str),
