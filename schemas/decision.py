@@ -79,6 +79,9 @@ class Headline(BaseModel):
     )
     wc_acc: float | None = None
     class_regression: float | None = Field(None, description="Largest class drop against the baseline.")
+    class_regression_class: str | None = Field(
+        None, description="The class with that drop (in the run with the largest one): what an alert names."
+    )
     worst_classes: list[WorstClass] = Field(default_factory=list, description="Lowest final accuracies first.")
 
 

@@ -57,6 +57,17 @@ def worst_moment(runs: Sequence[MetricsResult]) -> WorstMoment | None:
     return best
 
 
+def _regressed_class(runs: Sequence[MetricsResult]) -> str | None:
+    """Name of the class with the largest drop against the baseline, over the runs."""
+    found = []
+    for run in runs:
+        ev = run.evidence.get("class_regression")
+        value = run.metrics.get("class_regression")
+        if isinstance(ev, dict) and "class_name" in ev and isinstance(value, (int, float)):
+            found.append((float(value), str(ev["class_name"])))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 def headline(metrics: RunsResult, worst: int = 5) -> Headline:
     """Final values (mean over runs) and the classes with the lowest mean final accuracy."""
     m = metrics.metrics
@@ -79,6 +90,7 @@ def headline(metrics: RunsResult, worst: int = 5) -> Headline:
         worst_moment=worst_moment(runs),
         wc_acc=_last(m.get("wc_acc")),
         class_regression=_last(m.get("class_regression")),
+        class_regression_class=_regressed_class(runs),
         worst_classes=worst_classes,
     )
 
