@@ -192,3 +192,99 @@ def test_runbook_urls_point_at_headings_of_the_service_docs():
             url = rule["annotations"]["runbook_url"]
             assert url.split("#", 1)[0] == "docs/service.md", url  # in this repository, no placeholder site
             assert url.split("#", 1)[1].startswith("runbook-") and url.split("#", 1)[1] in anchors, url
+
+
+# ---------------------------------------------------------------------- a real Prometheus, two API replicas
+def _query(prom_url: str, expr: str) -> list[dict]:
+    import httpx
+
+    r = httpx.get(f"{prom_url}/api/v1/query", params={"query": expr}, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]["result"]
+
+
+@pytest.mark.integration
+def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(tmp_path, redis_url, require_binary):
+    """Celery mode, one deployment: two `clgate serve` replicas and one `clgate exporter` on one store,
+    scraped by a real Prometheus (the API with a viewer key as bearer token). Each deployment series
+    exists once; each replica is a target of its own."""
+    import sys
+
+    import httpx
+
+    from clgate.store.settings import Settings
+    from tests.fixtures.service import ADMIN_KEY, Proc, _wait, base_env, free_port
+
+    prometheus = require_binary("prometheus")
+    data_dir = tmp_path / "data"
+    env = base_env(data_dir, CLGATE_BROKER_URL=redis_url)
+    procs: list[Proc] = []
+    try:
+        apis = []
+        for i in range(2):  # one after the other: the first one migrates the store
+            port = free_port()
+            procs.append(Proc([sys.executable, "-m", "clgate", "serve", "--host", "127.0.0.1", "--port", str(port),
+                               "--log-level", "warning"], env, tmp_path / f"api{i}.log"))
+            url = f"http://127.0.0.1:{port}"
+            _wait(lambda url=url: httpx.get(url + "/readyz", timeout=2).status_code == 200, 90, f"API {i}",
+                  procs[-1].popen, procs[-1].log)
+            apis.append(f"127.0.0.1:{port}")
+        admin = httpx.Client(base_url=f"http://{apis[0]}", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        viewer = admin.post("/v1/keys", json={"name": "prometheus", "role": "viewer"}).json()["key"]
+        admin.close()
+        sessions = make_sessionmaker(make_engine(Settings(data_dir=data_dir).resolved_database_url()))
+        _seed(sessions)  # decisions for models alpha and beta, jobs, heartbeats
+
+        # the replicas: per-process series only, never the deployment's
+        text = httpx.get(f"http://{apis[1]}/metrics", headers={"Authorization": f"Bearer {viewer}"}).text
+        assert 'clgate_api_info{store_metrics="false"' in text and "clgate_model_mica_ratio" not in text
+
+        exporter_port = free_port()
+        procs.append(Proc([sys.executable, "-m", "clgate", "exporter", "--port", str(exporter_port)], env,
+                          tmp_path / "exporter.log"))
+        _wait(lambda: "clgate_model_mica_ratio" in httpx.get(f"http://127.0.0.1:{exporter_port}/metrics",
+                                                             timeout=5).text,
+              60, "exporter", procs[-1].popen, procs[-1].log)
+
+        key_file = tmp_path / "viewer.key"
+        key_file.write_text(viewer)
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [
+                {"job_name": "clgate-api", "metrics_path": "/metrics",
+                 "authorization": {"type": "Bearer", "credentials_file": str(key_file)},
+                 "static_configs": [{"targets": apis}]},
+                {"job_name": "clgate-exporter", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]},
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        procs.append(Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                           f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                          dict(env), tmp_path / "prometheus.log"))
+        prom = f"http://127.0.0.1:{prom_port}"
+
+        def scraped() -> bool:
+            up = _query(prom, "up")
+            return len(up) == 3 and all(s["value"][1] == "1" for s in up) and _query(prom, "clgate_jobs")
+
+        _wait(scraped, 60, "prometheus scrapes", procs[-1].popen, procs[-1].log)
+        assert {s["metric"]["instance"] for s in _query(prom, 'up{job="clgate-api"}')} == set(apis)
+        assert len(_query(prom, "clgate_api_info")) == 2  # one per replica
+        for expr, n in (
+            ("clgate_model_mica_ratio", 2),                 # alpha and beta, once each
+            ('clgate_model_class_regression_ratio{class_name="dog"}', 1),
+            ("clgate_decisions_total", 4),                  # one per verdict
+            ("clgate_queue_length", 2),                     # gpu and cpu
+            ('clgate_jobs{queue="gpu", state="queued"}', 1),
+        ):
+            series = _query(prom, expr)
+            assert len(series) == n, (expr, series)
+            assert {s["metric"]["job"] for s in series} == {"clgate-exporter"}, expr
+        # sums are right: not doubled by the replicas
+        assert _query(prom, 'sum(clgate_jobs{queue="gpu"})')[0]["value"][1] == "4"
+        assert _query(prom, 'sum(clgate_model_mica_ratio{model="alpha"})')[0]["value"][1] == "0.1"
+    finally:
+        for p in reversed(procs):
+            p.stop()
