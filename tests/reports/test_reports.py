@@ -261,3 +261,20 @@ def test_html_for_invalid_inputs_still_renders(tmp_path, good_log, build_log, po
     res = gate_logs([good_log(), other], policy_of({"metric": "acc", "floor": 0.5}), out_dir=tmp_path)
     html = res.files["report.html"].read_text(encoding="utf-8")
     assert res.verdict == "ERROR" and "No metrics: the inputs were invalid" in html and "<svg" not in html
+
+
+def test_a_pass_with_high_modes_explains_itself_and_unrated_modes_are_shown(tmp_path, forgetful_log, policy_of):
+    rated = gate_logs([forgetful_log()], policy_of({"metric": "acc", "floor": 0.5}, fmeca={"severity": {"ant": 9}}),
+                      out_dir=tmp_path / "rated")
+    assert rated.verdict == "PASS"
+    md = rated.files["report.md"].read_text(encoding="utf-8")
+    html = rated.files["report.html"].read_text(encoding="utf-8")
+    assert "PASS with 1 High-priority failure mode(s) ('ant'" in md and "no FMECA rule" in md
+    assert 'id="fmeca-note"' in html and "5 of 6 failure mode(s) are unrated" in md
+    assert md.count("| unrated |") == 5 and "5 unrated" in md
+    assert html.count('class="ap-unrated"') == 10  # final and worst priority of 5 rows
+    rows = list(csv.DictReader(io.StringIO(rated.files["fmeca.csv"].read_text(encoding="utf-8"))))
+    assert [r["priority_worst"] for r in rows] == ["High"] + ["unrated"] * 5 and rows[1]["S"] == rows[1]["RPN_worst"] == ""
+    quiet = gate_logs([forgetful_log()], policy_of({"metric": "acc", "floor": 0.5}, fmeca={"default_severity": 2}),
+                      out_dir=tmp_path / "quiet")
+    assert 'id="fmeca-note"' not in quiet.files["report.html"].read_text(encoding="utf-8")

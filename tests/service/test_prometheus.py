@@ -288,3 +288,18 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(tmp_
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+def test_exporter_needs_celery_mode_and_a_valid_port(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clgate.cli import app
+
+    for name in [k for k in __import__("os").environ if k.startswith("CLGATE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CLGATE_DATA_DIR", str(tmp_path))
+    res = CliRunner().invoke(app, ["exporter", "--port", "9108"])
+    assert res.exit_code == 2 and "CLGATE_BROKER_URL" in res.output and "exports these series itself" in res.output
+    monkeypatch.setenv("CLGATE_BROKER_URL", "redis://127.0.0.1:1/0")
+    res = CliRunner().invoke(app, ["exporter", "--port", "70000"])
+    assert res.exit_code == 2 and "--port" in res.output
