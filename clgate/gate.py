@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from clgate.policy import Policy, evaluate
@@ -47,7 +47,7 @@ def gate_logs(
     ``report.html``, ``report.md``, ``decision.json``, ``metrics.json``, ``fmeca.csv`` and ``junit.xml``
     (``report_url``: where report.html will be served, linked from report.md).
     """
-    started, t0 = datetime.now(timezone.utc), time.perf_counter()
+    started, t0 = datetime.now(UTC), time.perf_counter()
     ev = evaluate(logs, policy, baseline=baseline, provenance=provenance)
     result = GateResult(ev.decision, ev.metrics, ev.baseline_metrics)
     if out_dir is not None:

@@ -50,7 +50,8 @@ HEADLINE = (  # (headline key, metric name, help)
     ("wamica", "clgate_model_wamica_ratio", "Weighted average MICA (WAMICA) of the latest decision."),
     ("min_acc", "clgate_model_min_acc_ratio", "Worst-moment task accuracy (min-ACC) of the latest decision."),
     ("class_regression", REGRESSION,
-     "Largest drop of any class's accuracy against the model's baseline (latest decision); class_name: that class."),
+     ("Largest drop of any class's accuracy against the model's baseline (latest decision); "
+      "class_name: that class.")),
 )
 
 

@@ -164,10 +164,13 @@ def gate_command(
     fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="Exit 1 on WARN too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON instead of the table.")] = False,
     pdf: Annotated[
-        bool, typer.Option("--pdf", help="Also print report.html to report.pdf beside it (headless Chromium; needs --out).")
+        bool,
+        typer.Option("--pdf", help="Also print report.html to report.pdf beside it (headless Chromium; "
+                     "needs --out)."),
     ] = False,
     report_url: Annotated[
-        str | None, typer.Option("--report-url", help="Where report.html will be served: report.md links to it.")
+        str | None,
+        typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
     ] = None,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
@@ -212,7 +215,8 @@ def gate_command(
         "baseline_file": str(baseline_path) if baseline_path else None,
         "job": str(job) if job else None,
     }
-    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance, report_url=report_url)
+    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance,
+                       report_url=report_url)
     _write_extras(result, junit, summary_md, report_url)
     if pdf:
         _write_pdf(result)
@@ -240,7 +244,9 @@ def _append_text(path: Path | None, text: str) -> None:
             fh.write(text)
 
 
-def _write_extras(result: GateResult, junit: Path | None, summary_md: Path | None, report_url: str | None) -> None:
+def _write_extras(
+    result: GateResult, junit: Path | None, summary_md: Path | None, report_url: str | None
+) -> None:
     from clgate.reports import render_junit, render_markdown
 
     written = result.files.get("junit.xml")  # the same file as in --out (its time and timestamp)
@@ -263,7 +269,9 @@ def demo_command(
     policy_path: Annotated[
         Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs [default: {DEMO_POLICY}].")
     ] = None,
-    pdf: Annotated[bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")] = False,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")
+    ] = False,
 ) -> None:
     """Run finetune and ER on the bundled digits, gate both with the example policy, write both reports.
 

@@ -1,5 +1,5 @@
-"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``, ``clgate db upgrade``: the
-validation service.
+"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``,
+``clgate db upgrade``: the validation service.
 
 Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
 """
@@ -140,10 +140,10 @@ def exporter(
         raise typer.Exit(2)
     sessions = _sessions(settings, migrate=False)
     broker = CeleryDispatcher(settings)  # a Redis client only: LLEN of the queue lists, nothing sent
-    registry = exporter_registry(sessions, queue_lengths=broker.queue_lengths, worst_classes=settings.worst_classes,
-                                 worker_stale_s=settings.worker_stale_s)
+    registry = exporter_registry(sessions, queue_lengths=broker.queue_lengths,
+                                 worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s)
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         typer.echo(f"error: --host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None

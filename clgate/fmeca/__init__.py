@@ -45,8 +45,8 @@ def occurrence_rating(
     """O (1-10) of an error rate: the first row (highest rate first) whose ``at_least`` it reaches.
 
     Default scale (classifier error rates): ≥ 50 % → 10, ≥ 30 % → 9, ≥ 20 % → 8, ≥ 10 % → 7,
-    ≥ 5 % → 6, ≥ 2 % → 5, ≥ 1 % → 4, ≥ 0.5 % → 3, ≥ 0.1 % → 2, below → 1. An unknown rate (the class
-    was never evaluated) rates 10: what was not measured cannot be rated as rare.
+    ≥ 5 % → 6, ≥ 2 % → 5, ≥ 1 % → 4, ≥ 0.5 % → 3, ≥ 0.1 % → 2, below → 1. An unknown rate (the
+    class was never evaluated) rates 10: what was not measured cannot be rated as rare.
 
     >>> [occurrence_rating(r) for r in (0.3, 0.29, 0.05, 0.02, 0.001, 1e-6)]
     [9, 8, 6, 5, 2, 1]
@@ -166,8 +166,8 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
                 occurrence_worst=o_worst,
                 rpn_final=None if s is None else s * o_final * d,  # type: ignore[operator]
                 rpn_worst=None if s is None else s * o_worst * d,  # type: ignore[operator]
-                priority_final=None if s is None else action_priority(s, o_final, d, ap),  # type: ignore[arg-type]
-                priority_worst=None if s is None else action_priority(s, o_worst, d, ap),  # type: ignore[arg-type]
+                priority_final=None if s is None else action_priority(s, o_final, d, ap),  # type: ignore
+                priority_worst=None if s is None else action_priority(s, o_worst, d, ap),  # type: ignore
             )
         )
     rows.sort(key=_row_order)

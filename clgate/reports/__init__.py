@@ -14,7 +14,7 @@ import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,8 @@ from clgate.schemas.fmeca import FmecaWorksheet
 __all__ = [
     "REPORT_FILES",
     "PdfError",
-    "fmeca_csv",
     "find_chromium",
+    "fmeca_csv",
     "md_text",
     "pct",
     "render_html",
@@ -153,7 +153,8 @@ def worst_moment_text(decision: Decision) -> str:
     where = [f"iteration {w.iteration}"] if w.iteration is not None else []
     if w.seed is not None:
         where.append(f"seed {w.seed}")
-    return f"class {w.class_name!r} (task {w.task}) at {fmt(w.accuracy)}" + (", " + ", ".join(where) if where else "")
+    tail = ", " + ", ".join(where) if where else ""
+    return f"class {w.class_name!r} (task {w.task}) at {fmt(w.accuracy)}{tail}"
 
 
 def fmeca_note(decision: Decision) -> str | None:
@@ -255,8 +256,8 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
         shown = rows[:max_fmeca_rows]
         lines += [
             "",
-            f"**FMECA** ({len(rows)} failure modes, top {len(shown)} shown), action priority by "
-            f"{fmeca_counts(d.fmeca)}",
+            (f"**FMECA** ({len(rows)} failure modes, top {len(shown)} shown), action priority by "
+             f"{fmeca_counts(d.fmeca)}"),
         ]
         note = fmeca_note(d)
         if note:
@@ -297,9 +298,9 @@ def _md_url(url: str) -> str:
 
 def _junit_timestamp(when: datetime | None) -> str:
     """ISO 8601 without a zone, in UTC, to the second (what the JUnit XSD and CI tools parse)."""
-    when = when or datetime.now(timezone.utc)
+    when = when or datetime.now(UTC)
     if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+        when = when.astimezone(UTC).replace(tzinfo=None)
     return when.replace(microsecond=0).isoformat()
 
 
@@ -394,8 +395,9 @@ def fmeca_csv(sheet: FmecaWorksheet | None) -> str:
     w.writerow(FMECA_COLUMNS)
     for i, r in enumerate(sheet.rows if sheet else [], start=1):
         w.writerow([
-            i, r.class_id, r.class_name, r.task, r.mode, "" if r.severity is None else r.severity, r.occurrence_final, r.occurrence_worst,
-            r.detection, "" if r.rpn_final is None else r.rpn_final, "" if r.rpn_worst is None else r.rpn_worst,
+            i, r.class_id, r.class_name, r.task, r.mode, "" if r.severity is None else r.severity,
+            r.occurrence_final, r.occurrence_worst, r.detection,
+            "" if r.rpn_final is None else r.rpn_final, "" if r.rpn_worst is None else r.rpn_worst,
             _priority(r.priority_final), _priority(r.priority_worst),
             "" if r.final_error is None else f"{r.final_error:.6g}",
             "" if r.worst_error is None else f"{r.worst_error:.6g}",
@@ -482,7 +484,7 @@ def render_html(
         verdict_icon=_VERDICT_ICON, matrix_color=_matrix_color, fmeca_counts=fmeca_counts,
     )
     template = env.get_template("report.html.j2")
-    when = (generated_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    when = (generated_at or datetime.now(UTC)).astimezone(UTC)
     return template.render(
         d=decision,
         figs=figs,
@@ -536,7 +538,8 @@ def write_pdf(html_path: Path, pdf_path: Path | None = None, *, timeout_s: float
     if chromium is None:
         raise PdfError(
             "no Chromium found (looked for $CLGATE_CHROMIUM, " + ", ".join(CHROMIUM_NAMES) + " on PATH): "
-            "install chromium (Debian: apt-get install chromium) to get report.pdf; the other reports are written"
+            "install chromium (Debian: apt-get install chromium) to get report.pdf; "
+            "the other reports are written"
         )
     tmp = pdf_path.with_name(pdf_path.name + ".tmp")
     with tempfile.TemporaryDirectory(prefix="clgate-chromium-") as profile:
@@ -577,7 +580,7 @@ def write_reports(
     :func:`write_pdf` (it needs Chromium)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    when = generated_at or datetime.now(timezone.utc)
+    when = generated_at or datetime.now(UTC)
     metrics_doc: dict[str, Any] = {
         "format": "clgate.metrics/v1",
         "runs": json.loads(metrics.model_dump_json()) if metrics is not None else None,

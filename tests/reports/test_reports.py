@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -77,7 +77,7 @@ def test_junit_warn_is_not_a_failure(forgetful_log, policy_of):
 
     d = gate_logs([forgetful_log()], policy_of({"metric": "mica", "floor": 0.9, "severity": "warn"})).decision
     assert d.verdict == "WARN"
-    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     text = render_junit(d, timestamp=when, time_s=1.25)
     assert text == render_junit(d, timestamp=when, time_s=1.25)  # stable for fixed inputs
     xml = JUnitXml.fromstring(text)
@@ -209,7 +209,7 @@ def test_pdf_beside_the_html_has_the_header_on_its_first_page(gated, require_bin
     model = html.split('<strong id="model">')[1].split("<")[0]
     header = f"{model} · {d.verdict} · policy {d.policy_name} v{d.policy_version} · {date}"
     pages = int(subprocess.run([pdftotext.replace("pdftotext", "pdfinfo"), str(pdf)], capture_output=True,
-                               text=True).stdout.split("Pages:")[1].split()[0])
+                               text=True, check=True).stdout.split("Pages:")[1].split()[0])
     assert pages >= 2
     for n in (1, pages):  # the header is the first line of every page: model, verdict, policy, date
         first_line = next(x for x in page_text(n).splitlines() if x.strip())
