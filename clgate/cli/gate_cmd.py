@@ -93,6 +93,15 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
         console.print(f"[magenta]error:[/] {err}", markup=True, highlight=False)
     color = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "ERROR": "magenta"}[decision.verdict]
     console.print(f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False)
+    from rich.markup import escape
+
+    from clgate.reports import fmeca_note, worst_moment_text
+
+    if decision.headline.worst_moment is not None:
+        console.print(f"worst class at its worst moment: {escape(worst_moment_text(decision))}", highlight=False)
+    note = fmeca_note(decision)
+    if note:
+        console.print(f"[yellow]FMECA:[/] {escape(note)}", highlight=False)
 
 
 def _environment() -> dict[str, Any]:
