@@ -529,6 +529,7 @@ def write_pdf(html_path: Path, pdf_path: Path | None = None, *, timeout_s: float
 
     Raises :class:`PdfError` with a clear message when no Chromium is installed or it fails; callers
     report it and go on (the other report files are already written)."""
+    import os
     import subprocess
     import tempfile
 
@@ -543,8 +544,10 @@ def write_pdf(html_path: Path, pdf_path: Path | None = None, *, timeout_s: float
         )
     tmp = pdf_path.with_name(pdf_path.name + ".tmp")
     with tempfile.TemporaryDirectory(prefix="clgate-chromium-") as profile:
+        # Chromium refuses to run as root with its sandbox (containers); elsewhere the sandbox stays on
+        no_sandbox = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
         cmd = [
-            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            chromium, "--headless", *no_sandbox, "--disable-gpu", "--disable-dev-shm-usage",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--no-first-run", f"--user-data-dir={profile}", "--no-pdf-header-footer",
             "--run-all-compositor-stages-before-draw", f"--print-to-pdf={tmp}", html_path.as_uri(),
