@@ -171,10 +171,12 @@ def fmeca_note(decision: Decision) -> str | None:
         if not rules:
             why = ("this policy has no FMECA rule: the worksheet ranks the risks for review, "
                    "the rules decide the release")
+        elif any(r.status == "warn" for r in rules):
+            why = "the policy's FMECA rule(s) " + ", ".join(repr(r.id) for r in rules if r.status == "warn") + (
+                " found them but only warn (severity: warn)")
         else:
-            why = "the policy's FMECA rule(s) " + ", ".join(
-                f"{r.id!r} ({r.status}{', warn only' if r.severity == 'warn' else ''})" for r in rules
-            ) + " judge a different occurrence or priority level"
+            why = "the policy's FMECA rule(s) " + ", ".join(f"{r.id!r} ({r.status})" for r in rules) + (
+                " judge another occurrence (final/worst) or priority level")
         parts.append(
             f"{decision.verdict} with {len(high)} High-priority failure mode(s) ({names}; worst error after "
             f"learned): {why}."

@@ -278,3 +278,12 @@ def test_a_pass_with_high_modes_explains_itself_and_unrated_modes_are_shown(tmp_
     quiet = gate_logs([forgetful_log()], policy_of({"metric": "acc", "floor": 0.5}, fmeca={"default_severity": 2}),
                       out_dir=tmp_path / "quiet")
     assert 'id="fmeca-note"' not in quiet.files["report.html"].read_text(encoding="utf-8")
+
+
+def test_the_fmeca_note_names_the_rule_that_only_warns(tmp_path, forgetful_log, policy_of):
+    policy = policy_of({"metric": "acc", "floor": 0.5}, {"fmeca": "priority", "fail_at": "High", "severity": "warn",
+                                                         "id": "no-high"}, fmeca={"default_severity": 9})
+    res = gate_logs([forgetful_log()], policy, out_dir=tmp_path)
+    assert res.verdict == "WARN"
+    md = res.files["report.md"].read_text(encoding="utf-8")
+    assert "WARN with" in md and "'no-high' found them but only warn" in md
