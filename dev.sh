@@ -34,6 +34,7 @@ setup_test_tools() {
     command -v redis-server >/dev/null || missing+=(redis-server)
     command -v promtool >/dev/null || missing+=(prometheus)
     command -v chromium >/dev/null || missing+=(chromium)
+    command -v pdftotext >/dev/null || missing+=(poppler-utils)
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing+=(postgresql)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then

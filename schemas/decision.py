@@ -54,6 +54,18 @@ class WorstClass(BaseModel):
     accuracy: float | None
 
 
+class WorstMoment(BaseModel):
+    """The worst class at its worst moment (after it was learned): which class, when, in which run."""
+
+    model_config = ConfigDict(extra="forbid")
+    class_id: int
+    class_name: str
+    task: int = Field(description="1-based task that introduces the class.")
+    accuracy: float = Field(description="Its accuracy at that moment (a fraction).")
+    iteration: int | None = Field(None, description="Training iteration of the evaluation point.")
+    seed: Any = Field(None, description="Seed of the run (the least favourable one with several).")
+
+
 class Headline(BaseModel):
     """The values a dashboard shows (mean over runs); what Prometheus gauges export."""
 
@@ -64,8 +76,14 @@ class Headline(BaseModel):
     wamica: float | None = None
     min_acc: float | None = None
     min_class_acc: float | None = None
+    worst_moment: WorstMoment | None = Field(
+        None, description="Where min_class_acc was reached: class, iteration and seed (lowest over runs)."
+    )
     wc_acc: float | None = None
     class_regression: float | None = Field(None, description="Largest class drop against the baseline.")
+    class_regression_class: str | None = Field(
+        None, description="The class with that drop (in the run with the largest one): what an alert names."
+    )
     worst_classes: list[WorstClass] = Field(default_factory=list, description="Lowest final accuracies first.")
 
 

@@ -1,8 +1,9 @@
 """FMECA worksheet rows: each class is a failure mode, "class X misclassified".
 
-S (severity) and D (detection) come from the policy; O (occurrence) from the measured error rate
-through the policy's occurrence scale, both for the final error and for the worst error after the class
-was learned (the stability gap). RPN = S × O × D; the action priority comes from the policy's table.
+S (severity) and D (detection) come from the policy — a class the policy gives no severity is
+*unrated* (S, RPN and priority empty: what nobody rated is not defaulted into High or Low); O
+(occurrence) from the measured error rate through the policy's occurrence scale, both for the final
+error and for the worst error after the class was learned (the stability gap). RPN = S × O × D; the action priority comes from the policy's table.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class FmecaRow(BaseModel):
     class_name: str
     task: int = Field(description="1-based task that introduces the class.")
     mode: str = Field(description='"class X misclassified".')
-    severity: int
+    severity: int | None = Field(description="S from the policy; none: the mode is unrated.")
     detection: int
     final_error: float | None = Field(description="1 - final accuracy (upper bound with wilson95).")
     worst_error: float | None = Field(description="1 - lowest accuracy after learned (final if none).")
@@ -31,21 +32,28 @@ class FmecaRow(BaseModel):
     seed: int | str | None = Field(None, description="Seed of the run that gave the worst error.")
     occurrence_final: int
     occurrence_worst: int
-    rpn_final: int
-    rpn_worst: int
-    priority_final: Literal["High", "Medium", "Low"]
-    priority_worst: Literal["High", "Medium", "Low"]
+    rpn_final: int | None = Field(description="S × O final × D; none when unrated.")
+    rpn_worst: int | None = Field(description="S × O worst × D; none when unrated.")
+    priority_final: Literal["High", "Medium", "Low"] | None = Field(description="None when unrated.")
+    priority_worst: Literal["High", "Medium", "Low"] | None = Field(description="None when unrated.")
+
+    @property
+    def rated(self) -> bool:
+        """Whether the policy gave this mode a severity (only rated modes have an RPN and a priority)."""
+        return self.severity is not None
 
 
 class FmecaWorksheet(BaseModel):
-    """All failure modes, sorted by priority then RPN (worst first), and the S × O criticality matrix."""
+    """All failure modes, sorted by priority then RPN (worst first; unrated modes last, by worst error),
+    and the S × O criticality matrix of the rated ones."""
 
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["clgate.fmeca/v1"] = FMECA_FORMAT
     rows: list[FmecaRow]
     matrix: list[list[int]] = Field(
-        description="matrix[10 - S][O - 1] = number of modes with severity S and worst occurrence O."
+        description="matrix[10 - S][O - 1] = number of rated modes with severity S and worst occurrence O."
     )
+    unrated: int = Field(0, description="Modes without a severity (not in the matrix, no priority).")
     over_runs: Literal["mean", "worst"] = "worst"
     bound: Literal["point", "wilson95"] = "point"

@@ -195,9 +195,18 @@ class OccurrenceRow(BaseModel):
     rating: Rating
 
 
+# The default occurrence scale is made for classifier error rates (the share of a class's test images
+# that are misclassified), not for manufacturing defect rates: ≥ 50 % → 10, ≥ 30 % → 9, ≥ 20 % → 8,
+# ≥ 10 % → 7, ≥ 5 % → 6, ≥ 2 % → 5, ≥ 1 % → 4, ≥ 0.5 % → 3, ≥ 0.1 % → 2, below → 1. Under the AIAG
+# PFMEA scale (≥ 1 in 10 → 10) every class of a real classifier rates 10 and the worksheet cannot tell
+# one class from another; that scale stays available as AIAG_PFMEA_OCCURRENCE_SCALE (docs/gate.md).
+DEFAULT_OCCURRENCE_SCALE: list[tuple[float, int]] = [
+    (0.50, 10), (0.30, 9), (0.20, 8), (0.10, 7), (0.05, 6), (0.02, 5), (0.01, 4), (0.005, 3), (0.001, 2),
+]
+DEFAULT_OCCURRENCE_OTHERWISE = 1
 # ≥1 in 10 → 10, 1 in 20 → 9, 1 in 50 → 8, 1 in 100 → 7, 1 in 500 → 6, 1 in 2,000 → 5,
 # 1 in 10,000 → 4, 1 in 100,000 → 3, below → 2 (AIAG PFMEA occurrence scale, 3rd edition).
-DEFAULT_OCCURRENCE_SCALE: list[tuple[float, int]] = [
+AIAG_PFMEA_OCCURRENCE_SCALE: list[tuple[float, int]] = [
     (1 / 10, 10), (1 / 20, 9), (1 / 50, 8), (1 / 100, 7), (1 / 500, 6),
     (1 / 2_000, 5), (1 / 10_000, 4), (1 / 100_000, 3),
 ]
@@ -240,7 +249,10 @@ class FmecaConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    default_severity: Rating = Field(5, description="S of a class not listed in severity.")
+    default_severity: Rating | None = Field(
+        None,
+        description="S of a class not listed in severity; none: such a class is unrated (no O × S priority).",
+    )
     severity: dict[str, Rating] = Field(default_factory=dict, description="Class name (or id) → S.")
     default_detection: Rating = Field(5, description="D of a class not listed in detection.")
     detection: dict[str, Rating] = Field(default_factory=dict, description="Class name (or id) → D.")
@@ -248,7 +260,9 @@ class FmecaConfig(BaseModel):
         default_factory=lambda: [OccurrenceRow(at_least=a, rating=r) for a, r in DEFAULT_OCCURRENCE_SCALE],
         description="Error rate → O, checked from the highest rate down; the first row reached wins.",
     )
-    occurrence_otherwise: Rating = Field(2, description="O of an error rate below every row.")
+    occurrence_otherwise: Rating = Field(
+        DEFAULT_OCCURRENCE_OTHERWISE, description="O of an error rate below every row."
+    )
     action_priority: list[PriorityRow] = Field(
         default_factory=lambda: [
             PriorityRow(severity=s, occurrence=o, detection=d, priority=p)  # type: ignore[arg-type]

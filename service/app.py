@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -22,7 +22,7 @@ from clgate.service import errors
 from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
-from clgate.service.metrics import StoreCollector
+from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
 from clgate.store.db import session_scope, wait_for_schema
@@ -57,12 +57,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = store.artifacts
         app.state.dispatcher = make_dispatcher(settings, sessions)
         app.state.dispatcher.start()
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(StoreCollector(
-            sessions, queue_lengths=app.state.dispatcher.queue_lengths,
+        # the deployment's series once per deployment: here in embedded mode (one API process),
+        # from `clgate exporter` in Celery mode (any number of API replicas; see clgate.service.metrics)
+        app.state.registry = api_registry(
+            sessions, store_metrics=settings.embedded, queue_lengths=app.state.dispatcher.queue_lengths,
             worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s,
-        ))
-        app.state.registry = registry
+        )
         log.info("clgate API ready (%s mode, database %s)", app.state.dispatcher.kind, engine.url.render_as_string())
         try:
             yield

@@ -1,7 +1,16 @@
-"""Prometheus export computed from the record store (a custom collector in the API process).
+"""Prometheus export computed from the record store, once per deployment.
 
-The collector is registered on a registry passed in (never the global one). Every scrape reads the
-stored decisions and jobs, so the values survive restarts and agree across API replicas.
+:class:`StoreCollector` reads the stored decisions, jobs, heartbeats and the broker's queue lengths at
+every scrape, so the values survive restarts. These series describe the *deployment*, not a process:
+exported by every API replica, Grafana's sums and KEDA's queries would count them once per replica.
+So they are exported by exactly one process per deployment:
+
+- Celery mode (``CLGATE_BROKER_URL`` set; any number of API replicas): ``clgate exporter`` on its own
+  metrics port (:func:`exporter_registry`); the API's ``/metrics`` carries only per-process series
+  (:func:`api_registry`: ``clgate_api_info`` and the ``process_*`` collector).
+- Embedded mode (one API process runs the jobs): the API's ``/metrics`` carries both.
+
+The collectors are registered on registries built here (never the global one).
 
 Names follow Prometheus conventions: fractions end in ``_ratio``, durations in ``_seconds``, counters
 in ``_total``; labels are bounded (model names are validated, worst classes are the worst
@@ -14,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
+from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -33,13 +43,15 @@ VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
 STATES = tuple(s.value for s in JobState)
 MODES = ("retrain", "evaluate", "metrics", "regate")
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
+REGRESSION = "clgate_model_class_regression_ratio"
 HEADLINE = (  # (headline key, metric name, help)
     ("acc", "clgate_model_accuracy_ratio", "Final mean task accuracy of the model's latest decision."),
     ("mica", "clgate_model_mica_ratio", "Minimal incremental class accuracy (MICA) of the latest decision."),
     ("wamica", "clgate_model_wamica_ratio", "Weighted average MICA (WAMICA) of the latest decision."),
     ("min_acc", "clgate_model_min_acc_ratio", "Worst-moment task accuracy (min-ACC) of the latest decision."),
-    ("class_regression", "clgate_model_class_regression_ratio",
-     "Largest drop of any class's accuracy against the model's baseline (latest decision)."),
+    ("class_regression", REGRESSION,
+     ("Largest drop of any class's accuracy against the model's baseline (latest decision); "
+      "class_name: that class.")),
 )
 
 
@@ -84,7 +96,10 @@ class StoreCollector(Collector):
             .join(latest, (latest.c.model_name == Decision.model_name) & (latest.c.at == Decision.created_at))
             .order_by(Decision.model_name)
         ).all()
-        gauges = {key: GaugeMetricFamily(name, text, labels=["model"]) for key, name, text in HEADLINE}
+        gauges = {
+            key: GaugeMetricFamily(name, text, labels=["model", "class_name"] if name == REGRESSION else ["model"])
+            for key, name, text in HEADLINE
+        }
         worst = GaugeMetricFamily(
             "clgate_model_worst_class_accuracy_ratio",
             f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); rank 1 is the worst.",
@@ -103,7 +118,10 @@ class StoreCollector(Collector):
             for key, _, _ in HEADLINE:
                 value = headline.get(key)
                 if isinstance(value, (int, float)):
-                    gauges[key].add_metric([model], float(value))
+                    labels = [model]
+                    if key == "class_regression":  # the class the alert names ("" if not recorded)
+                        labels.append(str(headline.get("class_regression_class") or ""))
+                    gauges[key].add_metric(labels, float(value))
             ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
             ranked.sort(key=lambda c: c["accuracy"])
             for rank, c in enumerate(ranked[: self.worst_classes], start=1):
@@ -167,3 +185,54 @@ class StoreCollector(Collector):
         for q, n in counts.items():
             workers.add_metric([q], float(n))
         yield workers
+
+
+class ApiInfoCollector(Collector):
+    """``clgate_api_info``: one per API process, so that each replica is a scrape target with a series."""
+
+    def __init__(self, version: str, store_metrics: bool) -> None:
+        self.version = version
+        self.store_metrics = store_metrics
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "clgate_api_info",
+            "1 per API process; store_metrics: whether this process also exports the deployment's series.",
+            labels=["version", "store_metrics"],
+        )
+        info.add_metric([self.version, str(self.store_metrics).lower()], 1.0)
+        yield info
+
+
+def api_registry(
+    sessions: sessionmaker[Session],
+    *,
+    store_metrics: bool,
+    queue_lengths: Callable[[], dict[str, int]],
+    worst_classes: int = 3,
+    worker_stale_s: float = 60.0,
+) -> CollectorRegistry:
+    """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode)."""
+    from clgate import __version__
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ApiInfoCollector(__version__, store_metrics))
+    ProcessCollector(registry=registry)
+    if store_metrics:
+        registry.register(StoreCollector(sessions, queue_lengths=queue_lengths, worst_classes=worst_classes,
+                                         worker_stale_s=worker_stale_s))
+    return registry
+
+
+def exporter_registry(
+    sessions: sessionmaker[Session],
+    *,
+    queue_lengths: Callable[[], dict[str, int]],
+    worst_classes: int = 3,
+    worker_stale_s: float = 60.0,
+) -> CollectorRegistry:
+    """``clgate exporter``'s registry: the deployment's series from the store and the broker."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions, queue_lengths=queue_lengths, worst_classes=worst_classes,
+                                     worker_stale_s=worker_stale_s))
+    return registry

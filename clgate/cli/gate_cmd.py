@@ -93,6 +93,15 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
         console.print(f"[magenta]error:[/] {err}", markup=True, highlight=False)
     color = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "ERROR": "magenta"}[decision.verdict]
     console.print(f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False)
+    from rich.markup import escape
+
+    from clgate.reports import fmeca_note, worst_moment_text
+
+    if decision.headline.worst_moment is not None:
+        console.print(f"worst class at its worst moment: {escape(worst_moment_text(decision))}", highlight=False)
+    note = fmeca_note(decision)
+    if note:
+        console.print(f"[yellow]FMECA:[/] {escape(note)}", highlight=False)
 
 
 def _environment() -> dict[str, Any]:
@@ -156,6 +165,15 @@ def gate_command(
     ] = None,
     fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="Exit 1 on WARN too.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON instead of the table.")] = False,
+    pdf: Annotated[
+        bool,
+        typer.Option("--pdf", help="Also print report.html to report.pdf beside it (headless Chromium; "
+                     "needs --out)."),
+    ] = False,
+    report_url: Annotated[
+        str | None,
+        typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
+    ] = None,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
 
@@ -170,6 +188,8 @@ def gate_command(
         _fail("--set applies to --job only")
     if policy_path is None:
         _fail("--policy POLICY.yaml is required")
+    if pdf and out is None:
+        _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
     assert policy_path is not None
     try:
         policy = _load_policy(policy_path)
@@ -197,8 +217,11 @@ def gate_command(
         "baseline_file": str(baseline_path) if baseline_path else None,
         "job": str(job) if job else None,
     }
-    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance)
-    _write_extras(result, junit, summary_md)
+    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance,
+                       report_url=report_url)
+    _write_extras(result, junit, summary_md, report_url)
+    if pdf:
+        _write_pdf(result)
     if as_json:
         typer.echo(result.decision.model_dump_json(indent=2))
     else:
@@ -225,11 +248,24 @@ def _append_text(path: Path | None, text: str) -> None:
             fh.write(text)
 
 
-def _write_extras(result: GateResult, junit: Path | None, summary_md: Path | None) -> None:
+def _write_extras(
+    result: GateResult, junit: Path | None, summary_md: Path | None, report_url: str | None
+) -> None:
     from clgate.reports import render_junit, render_markdown
 
-    _write_text(junit, render_junit(result.decision))
-    _append_text(summary_md, render_markdown(result.decision))
+    written = result.files.get("junit.xml")  # the same file as in --out (its time and timestamp)
+    _write_text(junit, written.read_text(encoding="utf-8") if written else render_junit(result.decision))
+    _append_text(summary_md, render_markdown(result.decision, report_url=report_url))
+
+
+def _write_pdf(result: GateResult) -> None:
+    """report.pdf beside report.html; without Chromium, say so on stderr and go on (the verdict stands)."""
+    from clgate.reports import PdfError, write_pdf
+
+    try:
+        result.files["report.pdf"] = write_pdf(result.files["report.html"])
+    except PdfError as exc:
+        typer.echo(f"warning: report.pdf not written: {exc}", err=True)
 
 
 def demo_command(
@@ -237,6 +273,9 @@ def demo_command(
     policy_path: Annotated[
         Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}.")
     ] = None,
+    pdf: Annotated[
+        bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")
+    ] = False,
 ) -> None:
     """Run finetune and ER on the bundled digits, gate both with the example policy, write both reports.
 
@@ -270,6 +309,8 @@ def demo_command(
         provenance = {**_environment(), "command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
                       "policy_file": str(policy_file), "logs": [str(p) for p in paths]}
         result = gate_logs(logs, policy, out_dir=run_dir, provenance=provenance)
+        if pdf:
+            _write_pdf(result)
         print_decision(result.decision, title=f"{strategy}: policy {policy.name} v{policy.version}")
         typer.echo(f"    {strategy} report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n")
         verdicts[strategy] = result.decision.verdict

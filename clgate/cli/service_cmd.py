@@ -1,4 +1,5 @@
-"""``clgate serve``, ``clgate worker``, ``clgate keys create``, ``clgate db upgrade``: the validation service.
+"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``,
+``clgate db upgrade``: the validation service.
 
 Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
 """
@@ -110,6 +111,51 @@ def worker(
     celery_app.worker_main(argv)
 
 
+def exporter(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 in a container)."),
+    port: int = typer.Option(9108, help="Metrics port: GET /metrics, no key (keep it inside the cluster)."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
+) -> None:
+    """Export the deployment's series (decisions, jobs, queues, workers) once per deployment.
+
+    Run exactly one per deployment in Celery mode (CLGATE_BROKER_URL set): the API replicas then
+    export only per-process series, so no sum counts a model or a queue once per replica. It reads
+    the record store (waits for its schema; never migrates) and the broker's queue lengths."""
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    from clgate.service.dispatch import CeleryDispatcher
+    from clgate.service.metrics import exporter_registry
+
+    settings = _settings(data_dir)
+    if settings.broker_url is None:
+        typer.echo("error: CLGATE_BROKER_URL: the exporter is for Celery mode; without a broker "
+                   "`clgate serve` runs one process and exports these series itself", err=True)
+        raise typer.Exit(2)
+    if not 0 < port < 65536:
+        typer.echo(f"error: --port: {port} is not a TCP port (1-65535)", err=True)
+        raise typer.Exit(2)
+    sessions = _sessions(settings, migrate=False)
+    broker = CeleryDispatcher(settings)  # a Redis client only: LLEN of the queue lists, nothing sent
+    registry = exporter_registry(sessions, queue_lengths=broker.queue_lengths,
+                                 worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        typer.echo(f"error: --host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"clgate exporter on http://{host}:{port}/metrics (store {settings.data_dir}, "
+               f"broker {settings.broker_url.split('@')[-1]})", err=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.shutdown()
+    broker.close()
+
+
 @keys_app.command("create")
 def keys_create(
     role: str = typer.Option(..., help="viewer, submitter, approver or admin."),
@@ -144,5 +190,6 @@ def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("serve")(serve)
     app.command("worker")(worker)
+    app.command("exporter")(exporter)
     app.add_typer(keys_app, name="keys")
     app.add_typer(db_app, name="db")

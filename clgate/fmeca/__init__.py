@@ -1,13 +1,16 @@
 """FMECA worksheet: each class is a failure mode, "class X misclassified".
 
-For each class: severity S and detection D from the policy (per class, with defaults), occurrence O
-from the measured error rate through the occurrence scale — once for the final error and once for the
+For each class: severity S and detection D from the policy (per class, with defaults; a class with no
+severity and no default is *unrated*: no RPN, no priority, shown as such), occurrence O from the measured
+error rate through the occurrence scale (default: made for classifier error rates, see
+:data:`clgate.schemas.policy.DEFAULT_OCCURRENCE_SCALE`) — once for the final error and once for the
 worst error after the class was learned (the stability gap) — RPN = S × O × D and an action priority
 from a table that weighs S first, then O, then D (default: the AIAG-VDA 2019 table). Rows are sorted
-by priority, then RPN, worst first. Pure: schema objects in, schema objects out.
+by priority, then RPN, worst first; unrated rows last, by worst error. Pure: schema objects in, schema
+objects out.
 
->>> occurrence_rating(0.1), occurrence_rating(0.0999), occurrence_rating(0.0)
-(10, 9, 2)
+>>> occurrence_rating(0.5), occurrence_rating(0.4999), occurrence_rating(0.1), occurrence_rating(0.0)
+(10, 9, 7, 1)
 >>> action_priority(9, 4, 1), action_priority(9, 4, 2), action_priority(1, 10, 10)
 ('Medium', 'High', 'Low')
 """
@@ -41,12 +44,12 @@ def occurrence_rating(
 ) -> int:
     """O (1-10) of an error rate: the first row (highest rate first) whose ``at_least`` it reaches.
 
-    Default scale: ≥1 in 10 → 10, 1 in 20 → 9, 1 in 50 → 8, 1 in 100 → 7, 1 in 500 → 6,
-    1 in 2,000 → 5, 1 in 10,000 → 4, 1 in 100,000 → 3, below → 2. An unknown rate (the class was
-    never evaluated) rates 10: what was not measured cannot be rated as rare.
+    Default scale (classifier error rates): ≥ 50 % → 10, ≥ 30 % → 9, ≥ 20 % → 8, ≥ 10 % → 7,
+    ≥ 5 % → 6, ≥ 2 % → 5, ≥ 1 % → 4, ≥ 0.5 % → 3, ≥ 0.1 % → 2, below → 1. An unknown rate (the
+    class was never evaluated) rates 10: what was not measured cannot be rated as rare.
 
-    >>> [occurrence_rating(r) for r in (1/20, 1/21, 1/100, 1/500, 1/100_000, 1e-6)]
-    [9, 8, 7, 6, 3, 2]
+    >>> [occurrence_rating(r) for r in (0.3, 0.29, 0.05, 0.02, 0.001, 1e-6)]
+    [9, 8, 6, 5, 2, 1]
     """
     rows = _DEFAULT.occurrence_scale if scale is None else scale
     below = _DEFAULT.occurrence_otherwise if otherwise is None else otherwise
@@ -77,7 +80,7 @@ def action_priority(
     return "Low"
 
 
-def _rating(mapping: dict[str, int], default: int, stats: ClassStats) -> int:
+def _rating(mapping: dict[str, int], default: int | None, stats: ClassStats) -> int | None:
     if stats.name in mapping:
         return mapping[stats.name]
     return mapping.get(str(stats.id), default)
@@ -146,6 +149,7 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
         d = _rating(config.detection, config.default_detection, stats)
         o_final = occurrence_rating(final_err, config.occurrence_scale, config.occurrence_otherwise)
         o_worst = occurrence_rating(worst_err, config.occurrence_scale, config.occurrence_otherwise)
+        ap = config.action_priority
         rows.append(
             FmecaRow(
                 class_id=stats.id,
@@ -153,37 +157,42 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
                 task=stats.task,
                 mode=f"class {stats.name} misclassified",
                 severity=s,
-                detection=d,
+                detection=d,  # type: ignore[arg-type]
                 final_error=final_err,
                 worst_error=worst_err,
                 worst_iteration=worst_iter,
                 seed=seed,
                 occurrence_final=o_final,
                 occurrence_worst=o_worst,
-                rpn_final=s * o_final * d,
-                rpn_worst=s * o_worst * d,
-                priority_final=action_priority(s, o_final, d, config.action_priority),  # type: ignore[arg-type]
-                priority_worst=action_priority(s, o_worst, d, config.action_priority),  # type: ignore[arg-type]
+                rpn_final=None if s is None else s * o_final * d,  # type: ignore[operator]
+                rpn_worst=None if s is None else s * o_worst * d,  # type: ignore[operator]
+                priority_final=None if s is None else action_priority(s, o_final, d, ap),  # type: ignore
+                priority_worst=None if s is None else action_priority(s, o_worst, d, ap),  # type: ignore
             )
         )
     rows.sort(key=_row_order)
     return FmecaWorksheet(
-        rows=rows, matrix=criticality_matrix(rows), over_runs=config.over_runs, bound=config.bound
+        rows=rows, matrix=criticality_matrix(rows), over_runs=config.over_runs, bound=config.bound,
+        unrated=sum(not r.rated for r in rows),
     )
 
 
 def _row_order(row: FmecaRow) -> tuple:
+    if not row.rated:  # after every rated row; the largest worst error first (unknown first of all)
+        worst = float("inf") if row.worst_error is None else row.worst_error
+        return (1, 0, -worst, 0, 0, row.class_id)
     return (
-        -PRIORITY_RANK[row.priority_worst],
-        -row.rpn_worst,
-        -PRIORITY_RANK[row.priority_final],
-        -row.rpn_final,
+        0,
+        -PRIORITY_RANK[row.priority_worst],  # type: ignore[index]
+        -row.rpn_worst,  # type: ignore[operator]
+        -PRIORITY_RANK[row.priority_final],  # type: ignore[index]
+        -row.rpn_final,  # type: ignore[operator]
         row.class_id,
     )
 
 
 def criticality_matrix(rows: Sequence[FmecaRow]) -> list[list[int]]:
-    """10 × 10 counts: ``matrix[10 - S][O - 1]`` modes with severity S and worst occurrence O.
+    """10 × 10 counts: ``matrix[10 - S][O - 1]`` rated modes with severity S and worst occurrence O.
 
     >>> m = criticality_matrix([])
     >>> len(m), len(m[0]), sum(map(sum, m))
@@ -191,5 +200,7 @@ def criticality_matrix(rows: Sequence[FmecaRow]) -> list[list[int]]:
     """
     matrix = [[0] * 10 for _ in range(10)]
     for row in rows:
+        if row.severity is None:
+            continue
         matrix[10 - row.severity][row.occurrence_worst - 1] += 1
     return matrix

@@ -12,7 +12,7 @@ from typing import Any
 from clgate import __version__
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
-from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass
+from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
 from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
 from clgate.schemas.vocab import Verdict
@@ -61,6 +61,35 @@ def _last(v: Any) -> float | None:
     return v
 
 
+def worst_moment(runs: Sequence[MetricsResult]) -> WorstMoment | None:
+    """The lowest accuracy any old class fell to after it was learned, over all runs: the evidence of
+    each run's last ``min_class_acc`` (first run wins ties)."""
+    best: WorstMoment | None = None
+    for i, run in enumerate(runs):
+        evidence = run.evidence.get("min_class_acc")
+        found = [e for e in evidence if isinstance(e, dict)] if isinstance(evidence, list) else []
+        ev = found[-1] if found else None  # the last task end that has one (a partial log stops early)
+        if not isinstance(ev, dict) or "value" not in ev:
+            continue
+        if best is None or ev["value"] < best.accuracy:
+            best = WorstMoment(
+                class_id=ev["class"], class_name=ev["class_name"], task=ev["task"], accuracy=ev["value"],
+                iteration=ev.get("iteration"), seed=run.meta.get("seed", i),
+            )
+    return best
+
+
+def _regressed_class(runs: Sequence[MetricsResult]) -> str | None:
+    """Name of the class with the largest drop against the baseline, over the runs."""
+    found = []
+    for run in runs:
+        ev = run.evidence.get("class_regression")
+        value = run.metrics.get("class_regression")
+        if isinstance(ev, dict) and "class_name" in ev and isinstance(value, (int, float)):
+            found.append((float(value), str(ev["class_name"])))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 def headline(metrics: RunsResult, worst: int = 5) -> Headline:
     """Final values (mean over runs) and the classes with the lowest mean final accuracy."""
     m = metrics.metrics
@@ -80,8 +109,10 @@ def headline(metrics: RunsResult, worst: int = 5) -> Headline:
         wamica=_last(m.get("wamica")),
         min_acc=_last(m.get("min_acc")),
         min_class_acc=_last(m.get("min_class_acc")),
+        worst_moment=worst_moment(runs),
         wc_acc=_last(m.get("wc_acc")),
         class_regression=_last(m.get("class_regression")),
+        class_regression_class=_regressed_class(runs),
         worst_classes=worst_classes,
     )
 

@@ -534,9 +534,15 @@ def _require_complete(runs: Sequence[MetricsResult], baseline: MetricsResult | N
 
 def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
     occ = rule.occurrence
+    rated = [r for r in sheet.rows if r.rated]
+    if not rated:
+        raise RuleError(
+            "no failure mode is rated: give the classes a severity (fmeca.default_severity or fmeca.severity)"
+        )
+    unrated = f"; {sheet.unrated} mode(s) unrated (no severity)" if sheet.unrated else ""
     if rule.fmeca == "priority":
         floor_rank = PRIORITY_RANK[rule.fail_at]
-        hits = [r for r in sheet.rows if PRIORITY_RANK[getattr(r, f"priority_{occ}")] >= floor_rank]
+        hits = [r for r in rated if PRIORITY_RANK[getattr(r, f"priority_{occ}")] >= floor_rank]
         evidence: dict[str, Any] = {
             "modes": [
                 {"class": r.class_id, "class_name": r.class_name, "S": r.severity,
@@ -554,12 +560,13 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
         message = (
             f"{len(hits)} failure mode(s) with {level} action priority ({occ} occurrence)"
             + (f": {names}" if hits else "")
+            + unrated
         )
         return _Judged(float(len(hits)), 0.0, "<=", float(-len(hits)), evidence, message)
     assert rule.limit is not None
-    top = max(sheet.rows, key=lambda r: (getattr(r, f"rpn_{occ}"), -r.class_id))
+    top = max(rated, key=lambda r: (getattr(r, f"rpn_{occ}"), -r.class_id))
     rpn = getattr(top, f"rpn_{occ}")
-    over = [r for r in sheet.rows if getattr(r, f"rpn_{occ}") >= rule.limit]
+    over = [r for r in rated if getattr(r, f"rpn_{occ}") >= rule.limit]
     evidence = {
         "class": top.class_id, "class_name": top.class_name, "S": top.severity,
         "O": getattr(top, f"occurrence_{occ}"), "D": top.detection, "occurrence": occ,
@@ -568,7 +575,7 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
     message = (
         f"highest RPN {rpn} (class {top.class_name!r}, "
         f"S={top.severity} O={evidence['O']} D={top.detection}); "
-        f"{len(over)} mode(s) at or over {rule.limit}"
+        f"{len(over)} mode(s) at or over {rule.limit}{unrated}"
     )
     # RPN is an integer: "RPN < limit" is "RPN <= limit - 1", so the margin is >= 0 exactly when it passes
     return _Judged(float(rpn), float(rule.limit), "<", float(rule.limit - 1 - rpn), evidence, message)

@@ -2,6 +2,8 @@
 
 Each function takes arrays/metrics and returns an ``<svg …>`` string ready to embed in HTML. SVG
 output is made reproducible (fixed hash salt, no date metadata) so the same input gives the same file.
+Figures are drawn for the full report width (10 in wide) with their legends outside the plotting area,
+so that no legend hides a curve or a minimum.
 """
 
 from __future__ import annotations
@@ -18,11 +20,21 @@ _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#bcbd22", "#17becf"]
 
 
-def _figure(width: float = 7.0, height: float = 3.4) -> Any:
+_WIDTH = 10.0
+_FONT = 9
+
+
+def _legend_outside(ax: Any, **kwargs: Any) -> None:
+    """The legend to the right of the axes, never over the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=_FONT, **kwargs)
+
+
+def _figure(width: float = _WIDTH, height: float = 3.6) -> Any:
     import matplotlib
 
     matplotlib.rcParams["svg.hashsalt"] = "clgate"
     matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
+    matplotlib.rcParams["text.parse_math"] = False  # a class named "$x$" is text, not mathtext
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height), layout="constrained")
@@ -76,7 +88,7 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xticks(x)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    _legend_outside(ax)
     ax.set_title(title or "Average accuracy vs worst class (Konaté et al., eqs. 3, 5)", fontsize=10)
     return _svg(fig)
 
@@ -115,7 +127,7 @@ def class_boxplots(arrays: Sequence[Any], title: str = "") -> str:
 def stability_gap(a: Any, seed: Any = None) -> str:
     """Accuracy of each task at every evaluation point, task boundaries, and each task's minimum after
     it was learned (the stability gap, De Lange et al. fig. 2)."""
-    fig = _figure(7.0, 3.8)
+    fig = _figure(_WIDTH, 4.0)
     ax = fig.subplots()
     it = a.iterations[: a.horizon] if a.horizon else a.iterations
     acc = a.task_acc[: len(it)]
@@ -133,16 +145,18 @@ def stability_gap(a: Any, seed: Any = None) -> str:
                 ax.plot([it[m]], [y[m]], marker="v", markersize=8, color=color, markeredgecolor="black",
                         linestyle="none", gid=f"min-acc-{j + 1}")
                 if a.n_tasks <= 10:  # beyond that the labels pile up; the markers stay
-                    ax.annotate(f"min {y[m]:.2f}", (it[m], y[m]), textcoords="offset points", xytext=(4, -10),
-                                fontsize=7, color=color)
+                    # above the marker near the axis, below it elsewhere: never on the x axis
+                    dy = 8 if y[m] < 0.15 else -12
+                    ax.annotate(f"min {100 * y[m]:.0f} %", (it[m], y[m]), textcoords="offset points",
+                                xytext=(5, dy), fontsize=_FONT - 1, color=color, annotation_clip=False)
     for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
         ax.axvline(a.iterations[int(e)], color="black", linestyle="--", linewidth=0.8, alpha=0.6)
     ax.set_xlabel("iteration (dashed: task boundaries; ▼ lowest accuracy after the task was learned)")
     ax.set_ylabel("task accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    if a.n_tasks <= 10:
-        ax.legend(loc="lower left", fontsize=7, ncol=min(5, a.n_tasks))
+    if a.n_tasks <= 20:
+        _legend_outside(ax, ncol=1 if a.n_tasks <= 10 else 2)
     s = f", seed {seed}" if seed is not None else ""
     ax.set_title(f"Per-iteration task accuracy: the stability gap (as De Lange et al. fig. 2){s}", fontsize=10)
     return _svg(fig)
@@ -152,7 +166,7 @@ def raa_raf(runs: Sequence[Any]) -> str:
     """Rescaled average accuracy and forgetting per task (Michel et al.), mean over runs."""
     k = runs[0].n_tasks
     x = np.arange(1, k + 1)
-    fig = _figure(7.0, 3.0)
+    fig = _figure(_WIDTH, 3.2)
     ax = fig.subplots()
     drawn = False
     for metric, color, label in (("raa", _COLORS[2], "RAA"), ("raf", _COLORS[4], "RAF")):
@@ -167,8 +181,58 @@ def raa_raf(runs: Sequence[Any]) -> str:
     ax.set_xticks(x)
     ax.grid(alpha=0.3)
     if drawn:
-        ax.legend(loc="best", fontsize=8)
+        _legend_outside(ax)
     ax.set_title("Rescaled average accuracy and forgetting (Michel et al., defs. 4.1-4.3)", fontsize=10)
+    return _svg(fig)
+
+
+def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
+    """Every class's accuracy (rows, grouped by task) at every evaluation point (columns): where a class
+    collapses and whether it recovers. Grey: before the class's task (not learned yet). Solid lines:
+    task boundaries. ○: the worst class at its worst moment (``worst``: a headline WorstMoment of this
+    run, or None)."""
+    from matplotlib.colors import LinearSegmentedColormap
+
+    n_points = a.horizon or a.n_points
+    order = np.concatenate(a.tasks) if a.tasks else np.arange(a.n_classes)
+    acc = np.array(a.class_acc[:n_points, order].T, dtype=float)  # classes × points
+    learned_from = a.task_start_idx[a.class_task[order]]
+    cols = np.arange(n_points)
+    acc[cols[None, :] < learned_from[:, None]] = np.nan  # not learned yet: not a failure
+    C = len(order)
+    fig = _figure(_WIDTH, min(9.0, 1.6 + 0.24 * C))
+    ax = fig.subplots()
+    cmap = LinearSegmentedColormap.from_list("clgate", ["#b2182b", "#f4a582", "#fddbc7", "#d1e5f0", "#2166ac"])
+    cmap = cmap.with_extremes(bad="#e0e0e0")
+    im = ax.imshow(np.ma.masked_invalid(acc), aspect="auto", cmap=cmap, vmin=0.0, vmax=1.0,
+                   interpolation="nearest", extent=(-0.5, n_points - 0.5, C - 0.5, -0.5))
+    im.set_gid("class-heatmap")
+    for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
+        ax.axvline(int(e) + 0.5, color="black", linewidth=1.0, gid="task-boundary")
+    sizes = [len(t) for t in a.tasks]
+    for edge in np.cumsum(sizes)[:-1]:
+        ax.axhline(edge - 0.5, color="black", linewidth=0.6, alpha=0.6)
+    step = max(1, C // 25)
+    ax.set_yticks(range(0, C, step))
+    ax.set_yticklabels([f"{a.class_names[c]} (t{int(a.class_task[c]) + 1})" for c in order[::step]],
+                       fontsize=_FONT - 1)
+    ends = [int(e) for e in a.task_end_idx]
+    ax.set_xticks(ends)
+    ax.set_xticklabels([str(int(a.iterations[e])) for e in ends], fontsize=_FONT - 1)
+    ax.set_xlabel("evaluation point (ticks: task ends, labelled with the iteration; lines: task boundaries)")
+    ax.set_ylabel("class (task)")
+    if worst is not None and worst.iteration is not None:
+        hits = np.flatnonzero(a.iterations[:n_points] == worst.iteration)
+        rows = np.flatnonzero(order == worst.class_id)
+        if hits.size and rows.size:
+            ax.plot([hits[0]], [rows[0]], marker="o", markersize=11, markerfacecolor="none",
+                    markeredgecolor="black", markeredgewidth=2, linestyle="none", gid="worst-moment")
+            ax.set_xlabel(ax.get_xlabel() + f"\n○ worst moment: class {worst.class_name}, "
+                          f"iteration {worst.iteration}, {100 * worst.accuracy:.1f} %")
+    cbar = fig.colorbar(im, ax=ax, location="right", fraction=0.04, pad=0.02)
+    cbar.set_label("class accuracy", fontsize=_FONT)
+    s = f", seed {seed}" if seed is not None else ""
+    ax.set_title(f"Accuracy of every class at every evaluation point{s}", fontsize=10)
     return _svg(fig)
 
 

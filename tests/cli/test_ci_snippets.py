@@ -28,13 +28,19 @@ def _gate_command(path: Path) -> str:
 
 
 @pytest.mark.parametrize("snippet", ["github-actions.yml", "gitlab-ci.yml"])
-def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, good_log, forgetful_log):
+def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, build_log):
     command = _gate_command(repo_root / "examples" / "ci" / snippet)
     (tmp_path / "eval-logs").mkdir()
     (tmp_path / "released").mkdir()
-    good_log(seed=0).dump(tmp_path / "eval-logs" / "log-seed0.json")
-    good_log(seed=1).dump(tmp_path / "eval-logs" / "log-seed1.json")
-    forgetful_log().dump(tmp_path / "released" / "log.json")
+
+    def digits_log(acc: float, seed: int):  # split digits: 5 tasks of 2 classes, as the policy rates them
+        points = [(k, True, [acc] * (2 * k) + [None] * (10 - 2 * k)) for k in range(1, 6)]
+        return build_log(points, tasks=[[2 * t, 2 * t + 1] for t in range(5)], names=[str(c) for c in range(10)],
+                         seed=seed)
+
+    digits_log(0.9, 0).dump(tmp_path / "eval-logs" / "log-seed0.json")
+    digits_log(0.88, 1).dump(tmp_path / "eval-logs" / "log-seed1.json")
+    digits_log(0.85, 0).dump(tmp_path / "released" / "log.json")
     policy = tmp_path / "examples" / "policies"
     policy.mkdir(parents=True)
     policy.joinpath("digits-release.yaml").write_text(
@@ -45,7 +51,7 @@ def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, good_
     for word in shlex.split(command.replace("$GITHUB_STEP_SUMMARY", str(summary)))[2:]:
         args.extend(sorted(glob.glob(word)) if "*" in word else [word])
     res = CliRunner().invoke(app, ["gate", *args])
-    # the hand-built logs have 6 classes, the policy is tuned on digits: a real verdict, not a usage error
+    # hand-built digit logs: a real verdict, not a usage error
     assert res.exit_code in (0, 1), res.output
     assert (tmp_path / "gate-out" / "junit.xml").is_file()
     assert (tmp_path / "gate-out" / "report.html").is_file()

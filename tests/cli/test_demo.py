@@ -30,6 +30,23 @@ def test_demo_er_passes_finetune_fails(tmp_path, repo_root, monkeypatch):
     er = json.loads((out / "er" / "decision.json").read_text())
     assert all(r["status"] == "pass" for r in er["rules"])
     assert er["strategy"] == "er" and er["provenance"]["command"] == "clgate demo"
+    # one consistent story in the ER report: verdict, worst class at its worst moment, FMECA
+    worst = er["headline"]["worst_moment"]
+    assert worst["accuracy"] == er["headline"]["min_class_acc"] and worst["seed"] == 0
+    md = (out / "er" / "report.md").read_text(encoding="utf-8")
+    html = (out / "er" / "report.html").read_text(encoding="utf-8")
+    named = f"class '{worst['class_name']}' (task {worst['task']})"
+    assert named in md and f"iteration {worst['iteration']}" in md
+    assert named.replace("'", "&#39;") in html and 'id="fig-heatmap"' in html
+    rows = er["fmeca"]["rows"]
+    assert er["fmeca"]["unrated"] == 0 and len({r["severity"] for r in rows}) >= 3  # the policy rates every class
+    assert len({r["rpn_worst"] for r in rows}) >= 3  # the worksheet tells the classes apart
+    assert len({r["occurrence_final"] for r in rows}) >= 3
+    highs = sum(r["priority_worst"] == "High" for r in rows)
+    if highs:  # a PASS with High modes says why
+        assert "PASS with" in md and "High-priority failure mode(s)" in md and 'id="fmeca-note"' in html
+    listed = [x for x in md.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
+    assert len(listed) == len(rows) == 10  # the whole worksheet (top 10) is listed
 
 
 @pytest.mark.slow

@@ -60,7 +60,7 @@ def test_baseline_regression(good_log, forgetful_log, policy_of):
     assert d.verdict == "FAIL"
     assert d.rules[0].value == pytest.approx(0.4) and d.rules[0].evidence["class_name"] == "ant"
     assert d.rules[1].status == "fail" and d.rules[1].value == pytest.approx(0.4)
-    assert d.headline.class_regression == pytest.approx(0.4)
+    assert d.headline.class_regression == pytest.approx(0.4) and d.headline.class_regression_class == "ant"
     assert d.hashes.baseline == log_hash(good_log())
 
 

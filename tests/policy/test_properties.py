@@ -17,7 +17,7 @@ rate = st.floats(0.0, 1.0, allow_nan=False)
 @given(rate, rate)
 def test_occurrence_is_monotone_in_the_error_rate(a, b):
     lo, hi = sorted((a, b))
-    assert 2 <= occurrence_rating(lo) <= occurrence_rating(hi) <= 10
+    assert 1 <= occurrence_rating(lo) <= occurrence_rating(hi) <= 10
 
 
 @given(rating, rating, rating, st.sampled_from(["s", "o", "d"]))

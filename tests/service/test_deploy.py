@@ -121,6 +121,9 @@ def test_prometheus_alertmanager_grafana_configs():
     assert set(prom["rule_files"]) <= mounts
     scrape = prom["scrape_configs"][0]
     assert scrape["metrics_path"] == "/metrics" and scrape["static_configs"][0]["targets"] == ["api:8000"]
+    exporter = prom["scrape_configs"][1]
+    assert exporter["job_name"] == "clgate-exporter" and exporter["static_configs"][0]["targets"] == ["exporter:9108"]
+    assert compose()["services"]["exporter"]["command"][:2] == ["clgate", "exporter"]
     assert scrape["authorization"]["credentials_file"] in {
         s["target"] for s in compose()["services"]["prometheus"]["secrets"]}
     am = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())
@@ -133,6 +136,12 @@ def test_prometheus_alertmanager_grafana_configs():
         for target in panel["targets"]:
             used = set(re.findall(r"\bclgate_[a-z_]+", target["expr"]))
             assert used and used <= exported, (panel["title"], used - exported)
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert {"model", "project"} <= set(variables)
+    for panel in dash["panels"]:
+        for target in panel["targets"]:
+            if "clgate_model_" in target["expr"]:
+                assert 'model=~"$model"' in target["expr"] and 'project=~"$project"' in target["expr"], panel["title"]
     provider = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "clgate.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
@@ -194,4 +203,27 @@ def test_k8s_gpu_pool_probes_and_queue_scaling():
         assert f"clgate-{queue}@" in probe  # the node name `clgate worker --queues {queue}` gives itself
     prom_trigger = next(t for t in docs[("ScaledObject", "clgate-worker-gpu")]["spec"]["triggers"]
                         if t["type"] == "prometheus")
-    assert "clgate_jobs" in prom_trigger["metadata"]["query"]
+    # running jobs only (queued ones are the redis trigger's), from the exporter: counted once per deployment
+    query = prom_trigger["metadata"]["query"]
+    assert "clgate_jobs" in query and 'job="clgate-exporter"' in query and 'state="running"' in query
+
+
+def test_k8s_deployment_series_exported_once_and_scrapeable_with_a_key():
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()}
+    api = docs[("Deployment", "clgate-api")]
+    assert api["spec"]["replicas"] >= 2
+    assert not any(k.startswith("prometheus.io/") for k in api["spec"]["template"]["metadata"].get("annotations", {}))
+    exporter = docs[("Deployment", "clgate-exporter")]
+    assert exporter["spec"]["replicas"] == 1 and exporter["spec"]["strategy"]["type"] == "Recreate"
+    assert _containers(exporter)[0]["command"][:2] == ["clgate", "exporter"]
+    port = _containers(exporter)[0]["ports"][0]["containerPort"]
+    assert docs[("Service", "clgate-exporter")]["spec"]["ports"][0]["port"] == port
+    assert docs[("NetworkPolicy", "clgate-exporter")]["spec"]["ingress"][0]["ports"][0]["port"] == port
+    monitor = docs[("ServiceMonitor", "clgate-api")]
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["authorization"]["credentials"] == {"name": "clgate-metrics", "key": "viewer-key"}
+    assert monitor["spec"]["selector"]["matchLabels"] == docs[("Service", "clgate-api")]["metadata"]["labels"]
+    assert docs[("ServiceMonitor", "clgate-exporter")]["spec"]["endpoints"][0]["port"] == "metrics"
+    plain = yaml.safe_load((DEPLOY / "prometheus" / "prometheus-k8s.yml").read_text())
+    jobs = {c["job_name"]: c for c in plain["scrape_configs"]}
+    assert set(jobs) == {"clgate-api", "clgate-exporter"} and "credentials_file" in jobs["clgate-api"]["authorization"]

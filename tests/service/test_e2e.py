@@ -70,9 +70,11 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     assert view.get(f"/v1/jobs/{job_id}/results/fmeca.csv").text.count("\n") >= 10  # a row per class
     assert json.loads(view.get(f"/v1/jobs/{job_id}/results/metrics.json").content)
 
-    # /metrics: the model's gauges equal the stored decision's headline values
+    # /metrics: the model's gauges equal the stored decision's headline values (embedded: the API's own
+    # /metrics with a viewer key; Celery: `clgate exporter`, the API replicas export per-process series)
+    assert 'clgate_api_info{' in view.get("/metrics").text
     headline = view.get(f"/v1/jobs/{job_id}/decision").json()["headline"]
-    m = samples(view.get("/metrics").text)
+    m = samples(svc.metrics_text())
     model = (("model", MODEL),)
     assert m[("clgate_model_mica_ratio", model)] == pytest.approx(headline["mica"])
     assert m[("clgate_model_wamica_ratio", model)] == pytest.approx(headline["wamica"])
@@ -94,7 +96,7 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     assert view.get(f"/v1/jobs/{job_id}").json()["verdict"] == "PASS"
     regate_files = {f["name"]: f["sha256"] for f in view.get(f"/v1/jobs/{regate['id']}/results").json()["files"]}
     assert regate_files["logs/log-seed0.json"] == files["logs/log-seed0.json"]["sha256"]  # same log, not retrained
-    m = samples(view.get("/metrics").text)
+    m = samples(svc.metrics_text())
     assert m[("clgate_model_verdict", (("model", MODEL), ("verdict", "FAIL")))] == 1.0
     assert m[("clgate_decisions_total", (("verdict", "FAIL"),))] == 1.0
 
@@ -126,8 +128,11 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     assert r.status_code == 202, r.text
     metrics_job = svc.wait_job(r.json()["id"], timeout=90)
     assert metrics_job["state"] == "succeeded" and metrics_job["baseline_job_id"] == job_id, metrics_job
-    m = samples(view.get("/metrics").text)
-    assert m[("clgate_model_class_regression_ratio", model)] == pytest.approx(0.0)  # same log as the baseline
+    m = samples(svc.metrics_text())
+    regression = {k: v for k, v in m.items() if k[0] == "clgate_model_class_regression_ratio"}
+    assert list(regression.values()) == [pytest.approx(0.0)]  # same log as the baseline
+    [(_, labels)] = regression  # the class is named, for the alert
+    assert dict(labels)["model"] == MODEL and dict(labels)["class_name"]
     return {"job_id": job_id, "regate_id": regate["id"], "metrics_job_id": metrics_job["id"]}
 
 
@@ -152,7 +157,7 @@ def test_celery_end_to_end(celery_service, redis_url, digits_npz, make_spec, pol
     assert svc.wait_job(r.json()["id"], timeout=90)["state"] == "succeeded"
     events = view.get("/v1/audit", params={"subject_id": ids["metrics_job_id"], "action": "decision.recorded"}).json()
     assert events["count"] == 1
-    m = samples(view.get("/metrics").text)
+    m = samples(svc.metrics_text())
     assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 3.0  # retrain, metrics-only, sentinel
     assert m[("clgate_queue_length", (("queue", "gpu"),))] == 0.0  # read from the Redis list
     sender.close()

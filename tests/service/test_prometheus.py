@@ -22,7 +22,7 @@ RULE_TESTS = REPO / "deploy" / "prometheus" / "rules_test.yml"
 
 def _headline(mica: float, worst: list[tuple[str, float]], regression: float | None = None) -> dict:
     return {"acc": 0.9, "mica": mica, "wamica": mica + 0.05, "min_acc": 0.4, "min_class_acc": mica, "wc_acc": 0.5,
-            "class_regression": regression,
+            "class_regression": regression, "class_regression_class": "dog" if regression is not None else None,
             "worst_classes": [{"id": i, "name": n, "accuracy": a} for i, (n, a) in enumerate(worst)]}
 
 
@@ -70,8 +70,9 @@ def test_collector_values_from_the_store(sessions):
     # latest decision per model wins
     assert v("clgate_model_mica_ratio", {"model": "alpha"}) == 0.1
     assert v("clgate_model_mica_ratio", {"model": "beta"}) == 0.6
-    assert v("clgate_model_class_regression_ratio", {"model": "alpha"}) == 0.25
-    assert v("clgate_model_class_regression_ratio", {"model": "beta"}) is None  # no baseline: no sample
+    # the regression carries the class the alert names
+    assert v("clgate_model_class_regression_ratio", {"model": "alpha", "class_name": "dog"}) == 0.25
+    assert v("clgate_model_class_regression_ratio", {"model": "beta", "class_name": ""}) is None  # no baseline
     assert v("clgate_model_verdict", {"model": "alpha", "verdict": "FAIL"}) == 1.0
     assert v("clgate_model_verdict", {"model": "alpha", "verdict": "PASS"}) == 0.0
     # only the worst three classes, worst first
@@ -115,18 +116,38 @@ def test_collector_survives_a_broker_outage(sessions):
 
 # ---------------------------------------------------------------------- alert rules
 REQUIRED_ALERTS = {"ClgateWorstClassRegression", "ClgateMicaBelowFloor", "ClgateGateFailures", "ClgateJobsStuck",
-                   "ClgateNoWorkerConsuming"}
+                   "ClgateNoWorkerConsuming", "ClgateApiDown", "ClgateApiAbsent", "ClgateDeploymentSeriesAbsent"}
+
+
+def _alerts() -> dict[str, dict]:
+    doc = yaml.safe_load(RULES.read_text())
+    return {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
 
 
 def test_rules_have_severity_summary_description_runbook():
-    doc = yaml.safe_load(RULES.read_text())
-    alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    alerts = _alerts()
     assert REQUIRED_ALERTS <= set(alerts)
     for name, rule in alerts.items():
         assert rule["labels"]["severity"] in {"critical", "warning", "info"}, name
         for key in ("summary", "description", "runbook_url"):
             assert rule["annotations"].get(key), (name, key)
-        assert rule["annotations"]["runbook_url"].startswith("https://"), name
+        assert rule.get("for"), name  # nothing pages on a single evaluation
+
+
+def test_quality_alerts_survive_gaps_and_name_what_they_are_about():
+    alerts = _alerts()
+    for name in ("ClgateWorstClassRegression", "ClgateMicaBelowFloor", "ClgateGateFailures"):
+        assert alerts[name].get("keep_firing_for"), name
+    regression = alerts["ClgateWorstClassRegression"]
+    assert "class_name" in regression["expr"] and "$labels.class_name" in regression["annotations"]["summary"]
+    assert "on (instance, queue)" in alerts["ClgateNoWorkerConsuming"]["expr"]
+    assert 'absent(up{job="clgate-api"} == 1)' in alerts["ClgateApiAbsent"]["expr"]
+
+
+def test_every_alert_has_a_promtool_unit_test():
+    tested = {t["alertname"] for group in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+              for t in group.get("alert_rule_test", [])}
+    assert set(_alerts()) <= tested, set(_alerts()) - tested
 
 
 def test_rules_use_only_exported_metrics():
@@ -139,7 +160,7 @@ def test_rules_use_only_exported_metrics():
         "clgate_decisions_total", "clgate_jobs", "clgate_job_duration_seconds_bucket", "clgate_job_duration_seconds_sum",
         "clgate_job_duration_seconds_count", "clgate_queue_length", "clgate_workers", "clgate_oldest_job_age_seconds",
     }
-    text = RULES.read_text()
+    text = "\n".join(r["expr"] for r in _alerts().values())
     used = set(re.findall(r"\bclgate_[a-z_]+", text))
     assert used and used <= exported, used - exported
     source = (REPO / "service" / "metrics.py").read_text()
@@ -169,5 +190,116 @@ def test_runbook_urls_point_at_headings_of_the_service_docs():
     for group in rules["groups"]:
         for rule in group["rules"]:
             url = rule["annotations"]["runbook_url"]
-            assert url.split("#", 1)[0].endswith("docs/service.md"), url
-            assert url.split("#", 1)[1] in anchors, url
+            assert url.split("#", 1)[0] == "docs/service.md", url  # in this repository, no placeholder site
+            assert url.split("#", 1)[1].startswith("runbook-") and url.split("#", 1)[1] in anchors, url
+
+
+# ---------------------------------------------------------------------- a real Prometheus, two API replicas
+def _query(prom_url: str, expr: str) -> list[dict]:
+    import httpx
+
+    r = httpx.get(f"{prom_url}/api/v1/query", params={"query": expr}, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]["result"]
+
+
+@pytest.mark.integration
+def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(tmp_path, redis_url, require_binary):
+    """Celery mode, one deployment: two `clgate serve` replicas and one `clgate exporter` on one store,
+    scraped by a real Prometheus (the API with a viewer key as bearer token). Each deployment series
+    exists once; each replica is a target of its own."""
+    import sys
+
+    import httpx
+
+    from clgate.store.settings import Settings
+    from tests.fixtures.service import ADMIN_KEY, Proc, _wait, base_env, free_port
+
+    prometheus = require_binary("prometheus")
+    data_dir = tmp_path / "data"
+    env = base_env(data_dir, CLGATE_BROKER_URL=redis_url)
+    procs: list[Proc] = []
+    try:
+        apis = []
+        for i in range(2):  # one after the other: the first one migrates the store
+            port = free_port()
+            procs.append(Proc([sys.executable, "-m", "clgate", "serve", "--host", "127.0.0.1", "--port", str(port),
+                               "--log-level", "warning"], env, tmp_path / f"api{i}.log"))
+            url = f"http://127.0.0.1:{port}"
+            _wait(lambda url=url: httpx.get(url + "/readyz", timeout=2).status_code == 200, 90, f"API {i}",
+                  procs[-1].popen, procs[-1].log)
+            apis.append(f"127.0.0.1:{port}")
+        admin = httpx.Client(base_url=f"http://{apis[0]}", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+        viewer = admin.post("/v1/keys", json={"name": "prometheus", "role": "viewer"}).json()["key"]
+        admin.close()
+        sessions = make_sessionmaker(make_engine(Settings(data_dir=data_dir).resolved_database_url()))
+        _seed(sessions)  # decisions for models alpha and beta, jobs, heartbeats
+
+        # the replicas: per-process series only, never the deployment's
+        text = httpx.get(f"http://{apis[1]}/metrics", headers={"Authorization": f"Bearer {viewer}"}).text
+        assert 'clgate_api_info{store_metrics="false"' in text and "clgate_model_mica_ratio" not in text
+
+        exporter_port = free_port()
+        procs.append(Proc([sys.executable, "-m", "clgate", "exporter", "--port", str(exporter_port)], env,
+                          tmp_path / "exporter.log"))
+        _wait(lambda: "clgate_model_mica_ratio" in httpx.get(f"http://127.0.0.1:{exporter_port}/metrics",
+                                                             timeout=5).text,
+              60, "exporter", procs[-1].popen, procs[-1].log)
+
+        key_file = tmp_path / "viewer.key"
+        key_file.write_text(viewer)
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [
+                {"job_name": "clgate-api", "metrics_path": "/metrics",
+                 "authorization": {"type": "Bearer", "credentials_file": str(key_file)},
+                 "static_configs": [{"targets": apis}]},
+                {"job_name": "clgate-exporter", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]},
+            ],
+        }
+        (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+        prom_port = free_port()
+        procs.append(Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                           f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                          dict(env), tmp_path / "prometheus.log"))
+        prom = f"http://127.0.0.1:{prom_port}"
+
+        def scraped() -> bool:
+            up = _query(prom, "up")
+            return len(up) == 3 and all(s["value"][1] == "1" for s in up) and _query(prom, "clgate_jobs")
+
+        _wait(scraped, 60, "prometheus scrapes", procs[-1].popen, procs[-1].log)
+        assert {s["metric"]["instance"] for s in _query(prom, 'up{job="clgate-api"}')} == set(apis)
+        assert len(_query(prom, "clgate_api_info")) == 2  # one per replica
+        for expr, n in (
+            ("clgate_model_mica_ratio", 2),                 # alpha and beta, once each
+            ('clgate_model_class_regression_ratio{class_name="dog"}', 1),
+            ("clgate_decisions_total", 4),                  # one per verdict
+            ("clgate_queue_length", 2),                     # gpu and cpu
+            ('clgate_jobs{queue="gpu", state="queued"}', 1),
+        ):
+            series = _query(prom, expr)
+            assert len(series) == n, (expr, series)
+            assert {s["metric"]["job"] for s in series} == {"clgate-exporter"}, expr
+        # sums are right: not doubled by the replicas
+        assert _query(prom, 'sum(clgate_jobs{queue="gpu"})')[0]["value"][1] == "4"
+        assert _query(prom, 'sum(clgate_model_mica_ratio{model="alpha"})')[0]["value"][1] == "0.1"
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def test_exporter_needs_celery_mode_and_a_valid_port(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clgate.cli import app
+
+    for name in [k for k in __import__("os").environ if k.startswith("CLGATE_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("CLGATE_DATA_DIR", str(tmp_path))
+    res = CliRunner().invoke(app, ["exporter", "--port", "9108"])
+    assert res.exit_code == 2 and "CLGATE_BROKER_URL" in res.output and "exports these series itself" in res.output
+    monkeypatch.setenv("CLGATE_BROKER_URL", "redis://127.0.0.1:1/0")
+    res = CliRunner().invoke(app, ["exporter", "--port", "70000"])
+    assert res.exit_code == 2 and "--port" in res.output

@@ -31,7 +31,16 @@ def test_jobs_are_routed_to_their_queue(redis_url, app_factory, test_client_clas
 
         message = json.loads(r.lindex("gpu", 0))
         assert message["headers"]["task"] == "clgate.run_job" and message["headers"]["id"] == retrain.json()["id"]
+        # Celery mode: the API replica exports per-process series only; the deployment's (queue lengths
+        # from the Redis lists) come from `clgate exporter`'s registry, once per deployment
         text = c.get("/metrics", headers=h).text
+        assert 'store_metrics="false"' in text and "clgate_queue_length" not in text
+        from prometheus_client import generate_latest
+
+        from clgate.service.metrics import exporter_registry
+
+        registry = exporter_registry(c.app.state.sessions, queue_lengths=c.app.state.dispatcher.queue_lengths)
+        text = generate_latest(registry).decode()
         assert 'clgate_queue_length{queue="gpu"} 1.0' in text and 'clgate_queue_length{queue="cpu"} 1.0' in text
         # cancelling a queued job needs no worker; the message left on the queue is skipped when delivered
         assert c.post(f"/v1/jobs/{retrain.json()['id']}/cancel", headers=h).json()["state"] == "cancelled"
