@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from clgate.schemas.errors import loc_to_path
+from clgate.schemas.errors import problems_of
 
 log = logging.getLogger("clgate.api")
 
@@ -51,11 +51,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        for err in exc.errors():
-            path = loc_to_path(tuple(err.get("loc", ())))
-            msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-            problems.append(f"{path}: {msg}" if path else msg)
+        problems = problems_of(exc.errors())
         reason = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request"
         return JSONResponse(_body(422, reason, problems), status_code=422)
 

@@ -35,13 +35,11 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
-from clgate.schemas.vocab import QUEUES
+from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
 
 log = logging.getLogger("clgate.metrics")
 
-VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
-STATES = tuple(s.value for s in JobState)
-MODES = ("retrain", "evaluate", "metrics", "regate")
+STATES = JOB_STATES
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 REGRESSION = "clgate_model_class_regression_ratio"
 HEADLINE = (  # (headline key, metric name, help)
@@ -156,7 +154,7 @@ class StoreCollector(Collector):
             select(Job.mode, func.count(), func.coalesce(func.sum(Job.duration_s), 0.0), *cols)
             .where(Job.duration_s.is_not(None)).group_by(Job.mode)
         )}
-        for mode in MODES:
+        for mode in JOB_MODES:
             count, total, *cumulative = rows.get(mode, (0, 0.0, *([0] * len(DURATION_BUCKETS))))
             buckets = [(repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)] + [("+Inf", float(count))]
             hist.add_metric([mode], buckets, float(total or 0.0))

@@ -23,6 +23,7 @@ import redis.exceptions
 import sqlalchemy.exc
 
 from clgate.schemas.errors import InputError
+from clgate.schemas.vocab import ENGINE_MODES
 from clgate.store import Store, shared_store
 from clgate.store import jobs as records
 from clgate.store.models import JobState
@@ -108,7 +109,7 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
     job = records.load_inputs(store, job_id)
     policy = core.parse_policy(job.policy_document)
     stopped: str | None = None
-    if job.mode in ("retrain", "evaluate"):
+    if job.mode in ENGINE_MODES:
         log_paths, stopped = _run_engine(store, job_id, job.spec or {}, job.filenames, work)
     elif job.mode == "metrics":
         log_paths = [store.artifacts.open_path(ref) for ref in job.log_refs]
