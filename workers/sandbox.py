@@ -148,11 +148,10 @@ def _python_paths() -> list[Path]:
     """Folders the child needs read-only to run Python and import clgate and its dependencies."""
     import clgate
     import clgate.schemas
-    import clgate.service
     import clgate.workers
 
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
-    for module in (clgate, clgate.schemas, clgate.workers, clgate.service):
+    for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
         paths.add(Path(module.__file__).resolve().parent)
     for entry in sys.path:  # site-packages and editable-install roots of the running interpreter
         if entry and Path(entry).is_dir() and "site-packages" in entry:
