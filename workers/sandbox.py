@@ -255,6 +255,8 @@ def child_argv(staged: Staged, settings: Settings, mode: Mode, *, gpu: bool) -> 
     argv = [*prefix, sys.executable, *CHILD_COMMAND, str(inputs / "spec.json"), str(out),
             "--inputs", str(inputs), "--control", str(control),
             "--limits", json.dumps(_limits(settings, gpu=gpu)), "--threads", str(settings.sandbox_cpu_threads)]
+    if mode == "none":
+        argv += ["--parent-pid", str(os.getpid())]
     return argv, env_for_popen
 
 

@@ -41,6 +41,17 @@ def apply_limits(limits: dict[str, int]) -> None:
             resource.setrlimit(which, (value, value))
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Unconfined mode: be killed when the worker process dies (bwrap does this itself otherwise)."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # it died before the request took effect
+        os._exit(1)
+
+
 def _write_json(path: Path, document: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(document), encoding="utf-8")
@@ -55,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", type=Path, required=True)
     parser.add_argument("--limits", default="{}", help="JSON {name: value} of RLIMIT_* to set")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--parent-pid", type=int, default=0, help="die with this process (unconfined mode)")
     args = parser.parse_args(argv)
+    if args.parent_pid:
+        die_with_parent(args.parent_pid)
     apply_limits(json.loads(args.limits))
     out: Path = args.out
     try:
