@@ -229,6 +229,9 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
         staged, settings, status.mode, seeds=list(job_spec.seeds), gpu=gpu, on_progress=on_progress,
         cancel_requested=cancel_requested, deadline=time.monotonic() + settings.job_soft_time_limit_s,
     )
+    if result.overflow:
+        raise SandboxError(f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
+                           "into its output folder and was stopped")
     if result.stopped:
         return _valid_logs(result.log_paths), result.stopped
     report = result.report or {}

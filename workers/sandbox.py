@@ -142,6 +142,26 @@ class ChildResult:
     killed: bool
     report: dict[str, Any] | None  # result.json or error.json, parsed and bounded
     log_paths: list[Path]
+    overflow: bool = False  # killed for writing more than OUTPUT_FILES_FACTOR × the file-size limit in all
+
+
+# The output folder may hold this many times CLGATE_SANDBOX_MAX_FILE_BYTES in all (checked every few seconds).
+OUTPUT_FILES_FACTOR = 4
+SIZE_CHECK_EVERY_S = 2.0
+
+
+def tree_size(folder: Path) -> int:
+    """Bytes in the regular files under ``folder`` (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
 
 
 def _python_paths() -> list[Path]:
@@ -330,8 +350,10 @@ def run_child(
     stderr_path = staged.work / "child.log"
     stopped: Literal["cancel", "timeout"] | None = None
     stop_at = 0.0
-    killed = False
+    killed = overflow = False
     last_progress: bytes | None = None
+    next_size_check = time.monotonic() + SIZE_CHECK_EVERY_S
+    max_output = OUTPUT_FILES_FACTOR * settings.sandbox_max_file_bytes
     with open(stderr_path, "wb") as child_log:
         proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=child_log, stderr=child_log,
                                 cwd=staged.out, start_new_session=True)
@@ -347,9 +369,12 @@ def run_child(
                         (staged.control / "stop").touch()
                         stop_at = now
                         log.info("job child %s: asked to stop (%s)", proc.pid, stopped)
-                elif now - stop_at > settings.sandbox_kill_grace_s:
-                    log.warning("job child %s did not stop within %.0f s: killed", proc.pid,
-                                settings.sandbox_kill_grace_s)
+                if now >= next_size_check:
+                    next_size_check = now + SIZE_CHECK_EVERY_S
+                    overflow = tree_size(staged.out) > max_output
+                if overflow or (stopped is not None and now - stop_at > settings.sandbox_kill_grace_s):
+                    log.warning("job child %s killed: %s", proc.pid, f"wrote more than {max_output} bytes"
+                                if overflow else f"did not stop within {settings.sandbox_kill_grace_s:.0f} s")
                     killed = True
                     _kill(proc, signal.SIGTERM)
                     try:
@@ -375,7 +400,7 @@ def run_child(
             _kill(proc, signal.SIGKILL)  # anything it left in its process group
     report = None if killed else (read_json(staged.out / "error.json") or read_json(staged.out / "result.json"))
     logs = collect_logs(staged.out, seeds, settings.sandbox_max_file_bytes)
-    return ChildResult(stopped, proc.returncode, killed, report, logs)
+    return ChildResult(stopped, proc.returncode, killed, report, logs, overflow)
 
 
 def child_log_tail(staged: Staged, limit: int = 2000) -> str:

@@ -282,3 +282,22 @@ def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, mo
     assert found["data"] is False and found["store"] is False
     assert found["wrote_outside"] is False and not (outside / "planted").exists()
     assert "job" in found["root"] and found["uid"] == 65534  # its own root, as nobody
+
+
+FLOOD = r"""
+import os, sys, time
+out = sys.argv[2]
+for i in range(12):
+    with open(os.path.join(out, f"junk{i}"), "wb") as f:
+        f.write(b"x" * (1 << 20))
+time.sleep(600)
+"""
+
+
+def test_a_child_that_floods_its_output_folder_is_killed(tmp_path, bwrap, monkeypatch):
+    settings, _ = _store(tmp_path, sandbox="bwrap", sandbox_max_file_bytes=2 << 20)
+    staged = sandbox.Staged(tmp_path / "attempt")
+    monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", FLOOD])
+    result = sandbox.run_child(staged, settings, "bwrap", seeds=[0], gpu=False, on_progress=lambda d: None,
+                               cancel_requested=lambda: False, deadline=time.monotonic() + 300)
+    assert result.overflow and result.killed and result.report is None
