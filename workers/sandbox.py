@@ -166,9 +166,10 @@ def tree_size(folder: Path) -> int:
 
 def _python_paths() -> list[Path]:
     """Folders the child needs read-only to run Python and import clgate and its dependencies."""
-    import clgate
     import clgate.schemas
     import clgate.workers
+
+    import clgate
 
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API

@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(spec_path: Path, out: Path, *, inputs: Path, control: Path, threads: int) -> bool:
     import torch
-
     from clgate.workers import core
 
     torch.set_num_threads(max(1, threads))

@@ -32,7 +32,6 @@ import hashlib
 import logging
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -178,7 +177,7 @@ class ArtifactStore:
         if self.on_corrupt is not None:
             try:
                 self.on_corrupt(corruption)
-            except Exception:  # noqa: BLE001 - the refusal stands even when the audit write fails
+            except Exception:  # the refusal stands even when the audit write fails
                 log.exception("could not record the quarantine of sha256:%s", expected)
         return corruption
 

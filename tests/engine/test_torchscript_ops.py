@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from clgate.engine.errors import ModelError  # noqa: E402
-from clgate.engine.models import load_torchscript, torchscript_refusal  # noqa: E402
+from clgate.engine.errors import ModelError
+from clgate.engine.models import load_torchscript, torchscript_refusal
 
 
 class ReadsFile(torch.nn.Module):
@@ -43,7 +43,7 @@ def test_a_file_operator_is_refused_by_name(tmp_path, module):
 
 
 def test_the_graph_check_catches_what_the_code_scan_misses(tmp_path, monkeypatch):
-    import clgate.engine.models as models
+    from clgate.engine import models
 
     path = _save(Wraps(), tmp_path / "m.pt")
     monkeypatch.setattr(models, "_scan_torchscript_code", lambda p: None)

@@ -12,19 +12,18 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from clgate.workers import runner, sandbox
 
 from clgate.store import Store
 from clgate.store.db import session_scope, upgrade
 from clgate.store.models import Artifact, Job, Policy
 from clgate.store.settings import Settings
-from clgate.workers import runner, sandbox
 
 torch = pytest.importorskip("torch")
 
@@ -33,9 +32,11 @@ POLICY = {"name": "p", "rules": [{"metric": "acc", "floor": 0.0}]}
 # the child as a wrapper that disables the TorchScript operator check, then runs the real child
 UNCHECKED_CHILD = [
     "-c",
-    "import sys; import clgate.engine.models as m; "
-    "m._scan_torchscript_code = lambda path: None; m.check_torchscript_ops = lambda module, source: None; "
-    "from clgate.workers.sandbox_child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))",
+    (
+        "import sys; import clgate.engine.models as m; "
+        "m._scan_torchscript_code = lambda path: None; m.check_torchscript_ops = lambda module, source: None; "
+        "from clgate.workers.sandbox_child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))"
+    ),
 ]
 
 
