@@ -50,6 +50,7 @@ Mode = Literal["bwrap", "none"]
 SANDBOX_ROOT = Path("/job")
 CONTROL_FILES_MAX_BYTES = 64 * 1024
 POLL_S = 0.2
+TMP_BYTES = 64 * 1024 * 1024  # the child's /tmp (a tmpfs, where bwrap can size it)
 TERM_TO_KILL_S = 2.0
 # What the child's environment may hold (everything else is cleared: no keys, URLs or credentials).
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "TZ")
@@ -72,11 +73,34 @@ class SandboxStatus:
 
 
 @functools.lru_cache(maxsize=8)
+def _bwrap_options(binary: str) -> frozenset[str]:
+    """The newer options this ``bwrap`` knows (``--disable-userns`` 0.8+, ``--size``, ``--clearenv`` …)."""
+    try:
+        text = subprocess.run([binary, "--help"], capture_output=True, timeout=30, env={}, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    wanted = ("--disable-userns", "--size", "--clearenv")
+    return frozenset(o for o in wanted if o.encode() in text)
+
+
+def _bwrap_base(binary: str) -> list[str]:
+    """The namespace, identity and session options of every sandbox (optional ones where supported)."""
+    options = _bwrap_options(binary)
+    argv = [binary, "--unshare-all", "--unshare-user"]
+    if "--disable-userns" in options:
+        argv.append("--disable-userns")
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534"]
+    if "--clearenv" in options:  # bwrap itself is started with an empty environment in any case
+        argv.append("--clearenv")
+    return argv
+
+
+@functools.lru_cache(maxsize=8)
 def _bwrap_works(binary: str) -> str | None:
     """``None`` when ``bwrap`` can create the namespaces here, else why not (probed once per process)."""
     try:
         proc = subprocess.run(
-            [binary, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            [*_bwrap_base(binary), "--ro-bind", "/", "/", "--tmpfs", "/tmp", "true"],
             capture_output=True, timeout=30, env={}, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -193,9 +217,8 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
     """The bubblewrap command line that confines one job attempt (see the module docstring)."""
-    argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534",
-            "--clearenv"]
+    binary = shutil.which("bwrap") or "bwrap"
+    argv = _bwrap_base(binary)
     for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = Path("/") / top
         if host.is_symlink():
@@ -216,7 +239,10 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
     for path in bound:
         if _inside(data, path):
             argv += ["--tmpfs", str(data)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 * 1024 * 1024), "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if "--size" in _bwrap_options(binary):
+        argv += ["--size", str(TMP_BYTES)]
+    argv += ["--tmpfs", "/tmp"]
     if gpu:
         for device in sorted(Path("/dev").glob("nvidia*")):
             if device.is_char_device():
