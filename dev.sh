@@ -28,9 +28,11 @@ setup_venv() {
     fi
 }
 
-# Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium, PostgreSQL.
+# Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium, PostgreSQL,
+# bubblewrap (the job sandbox).
 setup_test_tools() {
     local missing=()
+    command -v bwrap >/dev/null || missing+=(bubblewrap)
     command -v redis-server >/dev/null || missing+=(redis-server)
     command -v promtool >/dev/null || missing+=(prometheus)
     command -v chromium >/dev/null || missing+=(chromium)

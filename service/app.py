@@ -28,6 +28,7 @@ from clgate.store import open_store
 from clgate.store.db import session_scope, wait_for_schema
 from clgate.store.settings import Settings, load_settings
 from clgate.store.models import ApiKey
+from clgate.workers.sandbox import warn_if_unconfined
 
 log = logging.getLogger("clgate.api")
 
@@ -63,6 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions, store_metrics=settings.embedded, queue_lengths=app.state.dispatcher.queue_lengths,
             worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s,
         )
+        # embedded jobs run here: say now (and in /readyz) whether submitted models can be confined
+        app.state.sandbox = warn_if_unconfined(settings) if settings.embedded else None
         log.info("clgate API ready (%s mode, database %s)", app.state.dispatcher.kind, engine.url.render_as_string())
         try:
             yield
@@ -89,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Health(status="ok")
 
     @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Health}},
-             summary="Readiness: database and broker reachable")
+             summary="Readiness: database and broker reachable; how job models are confined")
     def readyz(request: Request):
         checks: dict[str, str] = {}
         ok = True
@@ -101,6 +104,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ok, checks["database"] = False, f"unreachable: {type(exc).__name__}"
         broker_ok, checks["broker"] = request.app.state.dispatcher.ready()
         ok = ok and broker_ok
+        sandbox = request.app.state.sandbox
+        if sandbox is None:
+            checks["sandbox"] = "in the workers (each logs its own at start)"
+        elif sandbox.mode is None:
+            checks["sandbox"] = f"unavailable: {sandbox.detail}; retrain and evaluate jobs are refused"
+            # an operator who asked for bwrap explicitly gets an unready service rather than refused jobs
+            ok = ok and settings.sandbox != "bwrap"
+        else:
+            checks["sandbox"] = "bwrap" if sandbox.confined else f"UNCONFINED: {sandbox.detail}"
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 

@@ -11,6 +11,7 @@ times, both executors alike).
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import threading
@@ -29,7 +30,7 @@ from clgate.store import jobs as records
 from clgate.store.models import JobState
 from clgate.store.refs import check_paths, resolve_refs
 from clgate.store.settings import Settings, load_settings
-from clgate.workers import core
+from clgate.workers import core, sandbox
 
 log = logging.getLogger("clgate.worker")
 
@@ -101,8 +102,18 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
             state, error = JobState.failed, f"{type(exc).__name__}: {exc}"
             (work / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
     if state is not JobState.succeeded:
-        records.finish(store, job_id, state, error=error, actor=actor)
+        records.finish(store, job_id, state, error=_job_relative(error, store, work), actor=actor)
     return state.value
+
+
+def _job_relative(error: str | None, store: Store, work: Path) -> str | None:
+    """A job error as clients may see it: paths relative to the job's folder, no server paths."""
+    if error is None:
+        return None
+    settings = store.settings
+    return sandbox.job_relative(
+        error, (work, ""), (sandbox.SANDBOX_ROOT, ""), (settings.jobs_dir, "jobs"), (settings.data_dir, "data")
+    )
 
 
 def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, str | None]:
@@ -117,16 +128,17 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         log_paths = [store.artifacts.open_path(sha) for _, sha in job.source_files]
     else:
         raise InputError([f"mode: unknown mode {job.mode!r}"])
+    if stopped:
+        stored = _store_logs(store, job.mode, log_paths, job.source_files)
+        records.attach_files(store, job_id, stored)
+        kept = "partial log kept" if stored else "no usable partial log"
+        if stopped == "timeout":
+            return JobState.failed, f"time limit exceeded (CLGATE_JOB_SOFT_TIME_LIMIT_S; {kept})"
+        return JobState.cancelled, f"cancelled while running ({kept})"
     if not log_paths:
         raise InputError(["the job produced no evaluation log"])
     logs = [core.load_log(p) for p in log_paths]
     stored = _store_logs(store, job.mode, log_paths, job.source_files)
-    if stopped == "timeout":
-        records.attach_files(store, job_id, stored)
-        return JobState.failed, "time limit exceeded (CLGATE_JOB_SOFT_TIME_LIMIT_S; partial log kept)"
-    if stopped:
-        records.attach_files(store, job_id, stored)
-        return JobState.cancelled, "cancelled while running (partial log kept)"
 
     baseline = core.load_log(store.artifacts.open_path(job.baseline_files[0][1])) if job.baseline_files else None
     out = work / "gate"
@@ -157,43 +169,101 @@ def _store_logs(store: Store, mode: str, paths: list[Path], source_files) -> dic
     return stored
 
 
+class SandboxError(RuntimeError):
+    """The job's confined child could not run, or ended without a usable result; the message says why."""
+
+
+_SIGNALS = {9: "SIGKILL: killed (out of memory?)", 24: "SIGXCPU: CPU time limit exceeded",
+            25: "SIGXFSZ: a file exceeded CLGATE_SANDBOX_MAX_FILE_BYTES", 11: "SIGSEGV: crashed"}
+
+
+def _exit_reason(returncode: int | None) -> str:
+    if returncode is None:
+        return "did not exit"
+    signum = -returncode if returncode < 0 else (returncode - 128 if returncode > 128 else 0)
+    if signum:
+        return f"was ended by signal {signum} ({_SIGNALS.get(signum, 'see the worker log')})"
+    return f"exited with code {returncode} without a result"
+
+
 def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str | None], work: Path):
+    """Run the engine on the job's inputs in a confined child process (:mod:`clgate.workers.sandbox`).
+
+    The inputs are copied out of the store (verified against their hashes) into the attempt's folder;
+    the child sees only those copies and its output folder. What it leaves there is validated here.
+    """
     problems = check_paths(spec)
     if problems:
         raise InputError(problems)
-    inputs = work / "inputs"
-    inputs.mkdir()
+    settings = store.settings
+    status = sandbox.sandbox_status(settings)
+    if status.mode is None:
+        raise SandboxError(f"cannot run the model: {status.detail}")
+    staged = sandbox.Staged(work)
 
     def path_of(digest: str) -> str:
-        source = store.artifacts.open_path(digest)
-        name = Path(filenames.get(digest) or digest).name
-        link = inputs / f"{digest[:12]}-{name}"
-        if not link.exists():
-            link.symlink_to(source.resolve())
-        return str(link)
+        local = f"{digest[:12]}-{Path(filenames.get(digest) or digest).name}"
+        if not (staged.inputs / local).exists():
+            store.artifacts.copy_to(digest, staged.inputs / local)  # never a link into the store
+        return local
 
-    job_spec = core.parse_job_spec(resolve_refs(spec, path_of))
+    document = resolve_refs(spec, path_of)
+    job_spec = core.parse_job_spec(document)  # validated here too: the child's copy is not trusted
+    (staged.inputs / "spec.json").write_text(json.dumps(document), encoding="utf-8")
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)
-    stop_state = {"stop": False}
+    cancelled = {"seen": False}
 
-    def progress(p: Any) -> None:
-        if throttle_p.due() or getattr(p, "iteration", None) == getattr(p, "total_iterations", -1):
-            records.save_progress(store, job_id, core.progress_dict(p))
+    def on_progress(raw: dict[str, Any]) -> None:
+        if throttle_p.due():
+            try:
+                progress = core.progress_dict(raw)
+            except (TypeError, ValueError):  # the child's file is not trusted: a malformed one is skipped
+                return
+            records.save_progress(store, job_id, progress)
 
-    deadline = time.monotonic() + store.settings.job_soft_time_limit_s
+    def cancel_requested() -> bool:
+        if not cancelled["seen"] and throttle_s.due():
+            cancelled["seen"] = records.cancel_requested(store, job_id)
+        return cancelled["seen"]
 
-    def should_stop() -> bool:
-        if time.monotonic() > deadline:
-            stop_state["timeout"] = True
-            return True
-        if not stop_state["stop"] and throttle_s.due():
-            stop_state["stop"] = records.cancel_requested(store, job_id)
-        return stop_state["stop"]
+    gpu = job_spec.device != "cpu" and Path("/dev/nvidiactl").exists()
+    result = sandbox.run_child(
+        staged, settings, status.mode, seeds=list(job_spec.seeds), gpu=gpu, on_progress=on_progress,
+        cancel_requested=cancel_requested, deadline=time.monotonic() + settings.job_soft_time_limit_s,
+    )
+    if result.overflow:
+        raise SandboxError(f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
+                           "into its output folder and was stopped")
+    if result.stopped:
+        return _valid_logs(result.log_paths), result.stopped
+    report = result.report or {}
+    if report.get("kind") == "input":
+        raw = report.get("problems")
+        problems = [str(p)[:1000] for p in raw[:20]] if isinstance(raw, list) else ["the model or data was refused"]
+        raise InputError(problems)
+    if report.get("kind") == "error":
+        log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
+        raise SandboxError(f"{str(report.get('type'))[:100]}: {str(report.get('message'))[:1000]}")
+    if result.returncode != 0 or "stopped" not in report:
+        log.warning("job %s: the engine's process %s:\n%s", job_id, _exit_reason(result.returncode),
+                    sandbox.child_log_tail(staged))
+        raise SandboxError(f"the job's engine process {_exit_reason(result.returncode)}")
+    if len(result.log_paths) != len(job_spec.seeds):
+        raise SandboxError(f"the engine wrote {len(result.log_paths)} of {len(job_spec.seeds)} evaluation logs")
+    return result.log_paths, None
 
-    out = work / "logs"
-    out.mkdir()
-    paths, stopped = core.run_engine(job_spec, out, progress=progress, should_stop=should_stop, base_dir=inputs)
-    return paths, ("timeout" if stop_state.get("timeout") else "cancel") if stopped else None
+
+def _valid_logs(paths: list[Path]) -> list[Path]:
+    """The logs of a stopped (maybe killed) child that pass validation; a half-written one is dropped."""
+    valid = []
+    for path in paths:
+        try:
+            core.load_log(path)
+        except InputError:
+            log.info("dropping the unusable partial log %s", path.name)
+            continue
+        valid.append(path)
+    return valid
 
 
 class Heartbeat:

@@ -45,6 +45,14 @@ def _start_heartbeat(sender=None, **_: object) -> None:
     _heartbeat = runner.Heartbeat(store, sender.hostname, queues or "gpu,cpu").start()
 
 
+@signals.worker_ready.connect
+def _check_sandbox(**_: object) -> None:
+    """Say at start, loudly when it is not bwrap, how this worker confines submitted models."""
+    from clgate.workers.sandbox import warn_if_unconfined
+
+    warn_if_unconfined(runner.store_for().settings)
+
+
 @signals.worker_process_init.connect
 def _fresh_connections(**_: object) -> None:
     """Each pool process opens its own database connections (a replacement child is forked after start)."""

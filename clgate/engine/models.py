@@ -272,7 +272,90 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     raise ModelError(f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)")
 
 
+# TorchScript operators: a loaded graph may use these namespaces only, and none of the denied operators
+# (file, process and library access). A refusal names the operator; nothing denied is ever run.
+TORCHSCRIPT_NAMESPACES = frozenset({"aten", "prim"})
+TORCHSCRIPT_DENIED_OPS = frozenset({"aten::from_file", "aten::save", "aten::load", "prim::Print"})
+_FILE_ARGUMENTS = ("file", "path", "filename", "url", "library")
+
+
+def _denied_ops() -> frozenset[str]:
+    """The fixed denylist plus every registered ``aten``/``prim`` operator that takes a file-like string."""
+    denied = set(TORCHSCRIPT_DENIED_OPS)
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.split("::", 1)[0] not in TORCHSCRIPT_NAMESPACES:
+            continue
+        for arg in schema.arguments:
+            if str(arg.type) in ("str", "Optional[str]") and any(k in arg.name.lower() for k in _FILE_ARGUMENTS):
+                denied.add(schema.name)
+    return frozenset(denied)
+
+
+def torchscript_refusal(op: str) -> str | None:
+    """Why operator ``op`` (``namespace::name``) may not run in a candidate model, or ``None``."""
+    namespace = op.split("::", 1)[0]
+    if namespace not in TORCHSCRIPT_NAMESPACES:
+        return f"operator {op} is outside the allowed namespaces ({', '.join(sorted(TORCHSCRIPT_NAMESPACES))})"
+    if op in _denied_ops_cache():
+        return f"operator {op} accesses files, processes or libraries"
+    return None
+
+
+_DENIED: frozenset[str] | None = None
+
+
+def _denied_ops_cache() -> frozenset[str]:
+    global _DENIED
+    if _DENIED is None:
+        _DENIED = _denied_ops()
+    return _DENIED
+
+
+def _scan_torchscript_code(path: Path) -> None:
+    """Before loading: the archive's serialized code must not name a denied operator (``__setstate__``
+    and other methods run while loading, so the graph check alone would come too late for them)."""
+    import re
+
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            if "/code/" not in name or not name.endswith(".py"):
+                continue
+            text = zf.read(name).decode("utf-8", errors="replace")
+            for namespace, op in re.findall(r"\bops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)", text):
+                reason = torchscript_refusal(f"{namespace}::{op}")
+                if reason:
+                    raise ModelError(f"{path.name}: refused: {reason}")
+            for op in re.findall(r"\btorch\.([A-Za-z_]\w*)\s*\(", text):
+                if f"aten::{op}" in _denied_ops_cache():
+                    raise ModelError(f"{path.name}: refused: {torchscript_refusal(f'aten::{op}')}")
+
+
+def check_torchscript_ops(module: torch.jit.ScriptModule, source: str) -> None:
+    """Refuse a loaded TorchScript module any of whose methods (of any submodule, calls inlined) uses an
+    operator outside :data:`TORCHSCRIPT_NAMESPACES` or in the denylist; the error names the operator."""
+    seen: set[str] = set()
+    for sub in [module, *module.modules()]:
+        c = getattr(sub, "_c", None)
+        if c is None:
+            continue
+        for method_name in c._method_names():
+            graph = c._get_method(method_name).graph.copy()
+            torch._C._jit_pass_inline(graph)
+            stack = list(graph.nodes())
+            while stack:
+                node = stack.pop()
+                kind = node.kind()
+                if kind not in seen:
+                    seen.add(kind)
+                    reason = torchscript_refusal(kind)
+                    if reason:
+                        raise ModelError(f"{source}: refused: {reason} (in {sub.original_name}.{method_name})")
+                for block in node.blocks():
+                    stack.extend(block.nodes())
+
+
 def load_torchscript(path: str | Path) -> torch.nn.Module:
+    """A TorchScript module, after its code (before loading) and its graphs (after) pass the operator check."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such file")
@@ -284,11 +367,17 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
     if kind != "torchscript":
         raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
     try:
+        _scan_torchscript_code(path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ModelError(f"{path}: cannot read TorchScript archive ({exc})") from None
+    try:
         with warnings.catch_warnings():  # TorchScript is deprecated upstream but is what candidates ship as
             warnings.filterwarnings("ignore", category=DeprecationWarning)
-            return torch.jit.load(str(path), map_location="cpu")
+            module = torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
         raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
+    check_torchscript_ops(module, path.name)
+    return module
 
 
 def apply_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:

@@ -42,7 +42,20 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
     if migrate:
         upgrade(url)
     engine = make_engine(url)
-    return Store(settings, engine, make_sessionmaker(engine), ArtifactStore(settings.artifact_dir))
+    sessions = make_sessionmaker(engine)
+    return Store(settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)))
+
+
+def _auditor(sessions: sessionmaker[Session]):
+    """``on_corrupt`` for the artifact store: each quarantined file leaves an ``artifact.quarantined`` event."""
+    from clgate.store.db import audit, session_scope
+
+    def record(corruption) -> None:
+        with session_scope(sessions) as s:
+            audit(s, "system:store", "artifact.quarantined", "artifact", corruption.expected,
+                  actual_sha256=corruption.actual, quarantined_as=corruption.quarantined_as)
+
+    return record
 
 
 _shared: dict[str, Store] = {}

@@ -1,8 +1,16 @@
-"""Content-addressed artifact store: files named by their SHA-256, written once, atomically.
+"""Content-addressed artifact store: files named by their SHA-256, written once, atomically, verified.
 
 Layout: ``<root>/sha256/<2 hex>/<64 hex>``. Uploads are streamed to a temporary file in the store
 (hashing as they go), checked against the size limit, then renamed into place: a half-written upload
-is never visible. The root is shared by the API and the workers (a volume in deployment).
+is never visible. The root is shared by the API and the workers (a volume in deployment); job processes
+never see it (they get copies, :meth:`ArtifactStore.copy_to`).
+
+Integrity: a name is a claim about content, so it is checked whenever content is used. Reading
+(:meth:`~ArtifactStore.verified_path`, :meth:`~ArtifactStore.open_path`, :meth:`~ArtifactStore.exists`,
+:meth:`~ArtifactStore.copy_to`) hashes the file first; writing content whose name is already taken hashes
+the file in place. A file that does not match its name is never served: it is moved to
+``<root>/quarantine/`` and reported to ``on_corrupt`` (the record store audits it), and the caller gets
+:class:`ArtifactCorrupt`.
 
 >>> import tempfile
 >>> store = ArtifactStore(Path(tempfile.mkdtemp()))
@@ -13,17 +21,25 @@ is never visible. The root is shared by the API and the workers (a volume in dep
 b'hello'
 >>> parse_ref("sha256:" + stored.sha256) == stored.sha256
 True
+>>> _ = store.path(stored.sha256).chmod(0o644); _ = store.path(stored.sha256).write_bytes(b"jello")
+>>> store.exists(stored.sha256)   # tampered with on disk: quarantined, no longer served
+False
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger("clgate.store")
+CHUNK = 1 << 20
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -43,6 +59,27 @@ class DigestMismatch(ValueError):
 
 
 @dataclass(frozen=True)
+class Corruption:
+    """A stored file whose content does not match its name, as moved aside."""
+
+    expected: str  # the digest the file is named by
+    actual: str  # the digest of what it holds
+    quarantined_as: str  # its path relative to the store root, under quarantine/
+
+
+class ArtifactCorrupt(ArtifactNotFound):
+    """The stored file does not match its hash: it was quarantined and is not served."""
+
+    def __init__(self, corruption: Corruption) -> None:
+        super().__init__(corruption.expected)
+        self.corruption = corruption
+
+    def __str__(self) -> str:
+        return (f"stored artifact sha256:{self.corruption.expected} does not match its content "
+                f"(sha256:{self.corruption.actual}); quarantined, not served")
+
+
+@dataclass(frozen=True)
 class Stored:
     sha256: str
     size: int
@@ -57,22 +94,92 @@ def parse_ref(ref: str) -> str:
     return digest
 
 
+def hash_file(path: Path) -> str:
+    """SHA-256 of a file's content (read in chunks)."""
+    hasher = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
 class ArtifactStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, on_corrupt: Callable[[Corruption], None] | None = None) -> None:
         self.root = Path(root)
+        self.on_corrupt = on_corrupt
 
     def path(self, sha256: str) -> Path:
+        """Where the content named ``sha256`` lives (a location only: nothing is checked)."""
         digest = parse_ref(sha256)
         return self.root / "sha256" / digest[:2] / digest
 
     def exists(self, sha256: str) -> bool:
-        return self.path(sha256).is_file()
+        """Whether content matching ``sha256`` is stored (a mismatching file is quarantined: ``False``)."""
+        try:
+            self.verified_path(sha256)
+        except ArtifactNotFound:
+            return False
+        return True
+
+    def verified_path(self, sha256: str) -> Path:
+        """The file of ``sha256`` after hashing it; :class:`ArtifactNotFound` or :class:`ArtifactCorrupt`."""
+        digest = parse_ref(sha256)
+        path = self._present(digest)
+        actual = hash_file(path)
+        if actual != digest:
+            raise ArtifactCorrupt(self._quarantine(path, digest, actual))
+        return path
 
     def open_path(self, sha256: str) -> Path:
-        path = self.path(sha256)
+        """The verified file of ``sha256`` (for trusted readers in this process; jobs get copies)."""
+        return self.verified_path(sha256)
+
+    def copy_to(self, sha256: str, dest: Path) -> Path:
+        """Copy the content of ``sha256`` to ``dest`` (a new file), verifying the bytes that were copied.
+
+        Hashing the copy rather than the original leaves no window in which the original could change
+        between the check and the read. On a mismatch ``dest`` is removed and the original quarantined.
+        """
+        digest = parse_ref(sha256)
+        source = self._present(digest)
+        hasher = hashlib.sha256()
+        with open(source, "rb") as f, open(dest, "xb") as out:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                hasher.update(chunk)
+                out.write(chunk)
+        actual = hasher.hexdigest()
+        if actual != digest:
+            dest.unlink()
+            raise ArtifactCorrupt(self._quarantine(source, digest, actual))
+        return dest
+
+    def _present(self, digest: str) -> Path:
+        path = self.path(digest)
+        if path.is_symlink():  # the store writes regular files only
+            raise ArtifactCorrupt(self._quarantine(path, digest, "symlink"))
         if not path.is_file():
-            raise ArtifactNotFound(sha256)
+            raise ArtifactNotFound(digest)
         return path
+
+    def _quarantine(self, path: Path, expected: str, actual: str) -> Corruption:
+        folder = self.root / "quarantine"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{expected}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}"
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:  # another reader moved it first
+            pass
+        except OSError:  # cannot move it (read-only volume …): at least never serve it
+            log.exception("could not quarantine %s", path)
+        corruption = Corruption(expected, actual, str(target.relative_to(self.root)))
+        log.error("artifact sha256:%s holds content sha256:%s: quarantined as %s", expected, actual,
+                  corruption.quarantined_as)
+        if self.on_corrupt is not None:
+            try:
+                self.on_corrupt(corruption)
+            except Exception:  # the refusal stands even when the audit write fails
+                log.exception("could not record the quarantine of sha256:%s", expected)
+        return corruption
 
     def _tmp(self) -> tuple[int, str]:
         tmp_dir = self.root / "tmp"
@@ -84,9 +191,15 @@ class ArtifactStore:
             os.unlink(tmp_name)
             raise DigestMismatch(f"content has sha256:{digest}, not the expected {expected}")
         final = self.path(digest)
-        if final.is_file():
-            os.unlink(tmp_name)
-            return Stored(digest, size, created=False)
+        if final.is_file() and not final.is_symlink():
+            actual = hash_file(final)
+            if actual == digest:
+                os.unlink(tmp_name)
+                return Stored(digest, size, created=False)
+            # something else sits under this name (planted or rotted): move it aside, store the real content
+            self._quarantine(final, digest, actual)
+        elif final.is_symlink():
+            self._quarantine(final, digest, "symlink")
         final.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(tmp_name, 0o444)
         os.replace(tmp_name, final)
@@ -130,6 +243,6 @@ class ArtifactStore:
     def put_bytes(self, data: bytes) -> Stored:
         return self.put_chunks([data])
 
-    def put_file(self, path: Path, chunk_size: int = 1 << 20) -> Stored:
+    def put_file(self, path: Path, chunk_size: int = CHUNK) -> Stored:
         with open(path, "rb") as f:
             return self.put_chunks(iter(lambda: f.read(chunk_size), b""))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +54,25 @@ class Settings(BaseSettings):
     worker_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
     worker_stale_s: Annotated[float, Field(gt=0)] = 60.0
     worst_classes: Annotated[int, Field(ge=1, le=20)] = 3
+    sandbox: Literal["auto", "bwrap", "none"] = Field(
+        "auto",
+        description="How a job's engine child is confined: bwrap (bubblewrap), none, or auto (bwrap when it works).",
+    )
+    allow_unconfined: bool = Field(
+        False, description="Run submitted models without a sandbox when none is available (not recommended)."
+    )
+    sandbox_kill_grace_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        10.0, description="After a cancel or time limit, seconds a job's child gets to stop before it is killed."
+    )
+    sandbox_memory_bytes: Annotated[int, Field(ge=0)] = Field(
+        8 * 1024 * MiB, description="Address-space limit of a job's child (RLIMIT_AS; RLIMIT_DATA on GPU); 0: none."
+    )
+    sandbox_max_file_bytes: Annotated[int, Field(gt=0)] = Field(
+        256 * MiB, description="Largest file a job's child may write (RLIMIT_FSIZE); also the log size bound."
+    )
+    sandbox_cpu_threads: Annotated[int, Field(ge=1, le=256)] = Field(
+        4, description="Most CPU threads a job's child uses (torch, OpenMP, MKL, OpenBLAS)."
+    )
 
     @field_validator("broker_url")
     @classmethod
@@ -109,7 +128,6 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
-
 
 def load_settings(**overrides) -> Settings:
     """Read and validate the environment (raises ``pydantic.ValidationError`` naming the variable)."""
