@@ -28,6 +28,15 @@ from torch import nn
 
 
 class ContinualEvaluator:
+    """Per-class correct/total counts over the tasks seen so far, on samples resident on ``device``.
+
+    ``x_test``/``y_test``: held-out inputs and labels ``0 … n_classes-1``; ``tasks``: the class groups
+    in training order. ``subsample_per_task``: keep a fixed, ``seed``-drawn subsample of that many
+    samples per task. ``future_tasks``: evaluate every task at every point (not only those seen).
+    :meth:`evaluate` takes ``predict`` (inputs → logits) and the model (its train/eval mode is
+    restored). Public: :class:`clgate.Recorder` is built on it; see docs/recorder.md.
+    """
+
     def __init__(
         self,
         x_test: torch.Tensor,
