@@ -32,9 +32,9 @@ def _root(
 
 
 def _register() -> None:
-    from clgate.cli import engine_cmd, gate_cmd, metrics_cmd, service_cmd
+    from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, service_cmd
 
-    for module in (metrics_cmd, engine_cmd, gate_cmd, service_cmd):
+    for module in (metrics_cmd, import_cmd, engine_cmd, gate_cmd, service_cmd):
         module.register(app)
 
 
