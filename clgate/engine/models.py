@@ -13,6 +13,9 @@ Files are identified by their bytes before anything is loaded (:func:`inspect_mo
 - ``pickled_model`` — a ``torch.save(model)`` zip whose pickle references classes or functions:
   **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``, which decodes
   opcodes without executing them;
+- ``export`` — a ``torch.export.save`` program (``.pt2``), evaluate mode only: loaded with
+  ``torch.export.load`` after checking that it holds no pickle (weights stored raw, no pickled
+  constants or custom objects, every nested ``torch.save`` payload tensors only) and no compiled code;
 - ``pickle`` — a legacy (non-zip) ``torch.save`` file or a bare pickle: only ever read with
   ``torch.load(weights_only=True)`` (torch's restricted unpickler, which builds tensors and containers
   and refuses every other global), so a legacy state dict loads and anything else is refused.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import pickletools
 import struct
@@ -186,6 +190,8 @@ def inspect_model_file(path: str | Path) -> str:
         try:
             with zipfile.ZipFile(path) as zf:
                 names = zf.namelist()
+                if any(n == "archive_format" or n.endswith("/archive_format") for n in names):
+                    return "export"
                 if any(n.endswith("/constants.pkl") for n in names) or any("/code/" in n for n in names):
                     return "torchscript"
                 pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
@@ -269,6 +275,8 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
     if kind == "torchscript":
         raise ModelError(f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights")
+    if kind == "export":
+        raise ModelError(f"{path}: this is a torch.export program; give it as a checkpoint of clgate evaluate")
     raise ModelError(f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)")
 
 
@@ -281,6 +289,10 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
         raise ModelError(f"{path}: refused: this is a pickled whole model, not TorchScript. {EXPORT_HINT}")
     if kind in ("safetensors", "state_dict"):
         raise ModelError(f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead")
+    if kind == "export":
+        raise ModelError(
+            f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint of clgate evaluate"
+        )
     if kind != "torchscript":
         raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
     try:
@@ -289,6 +301,74 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
             return torch.jit.load(str(path), map_location="cpu")
     except Exception as exc:
         raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
+
+
+class ExportedModel(nn.Module):
+    """An exported program's module; its train/eval mode was fixed at export, so mode changes are no-ops."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.program = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.program(x)
+
+    def train(self, mode: bool = True) -> ExportedModel:
+        self.training = mode  # the graph is what was exported (export the model in eval mode)
+        return self
+
+
+def _check_export_archive(path: Path) -> None:
+    """Refuse a ``.pt2`` that would unpickle anything beyond tensors or load compiled code."""
+    from torch.export.pt2_archive.constants import TENSOR_CONSTANT_FILENAME_PREFIX
+
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if name.endswith((".so", ".dll", ".dylib", ".cpp", ".cubin")) or "/aotinductor/" in name:
+                raise ModelError(f"{path}: refused: {name} is compiled code (export without AOTInductor)")
+            if info.file_size > 1 << 34:
+                raise ModelError(f"{path}: {name} is larger than 16 GiB")
+            data = zf.read(info)
+            if name.endswith("_config.json") and ("weights" in name or "constants" in name):
+                try:
+                    entries = json.loads(data).get("config", {})
+                except (ValueError, AttributeError):
+                    raise ModelError(f"{path}: {name} is not a valid configuration") from None
+                for fqn, meta in entries.items():
+                    if not isinstance(meta, dict) or meta.get("use_pickle", True):
+                        raise ModelError(f"{path}: refused: {fqn!r} is stored as a pickle. {EXPORT_HINT}")
+                    if "constants" in name and not str(meta.get("path_name", "")).startswith(
+                        TENSOR_CONSTANT_FILENAME_PREFIX
+                    ):
+                        raise ModelError(f"{path}: refused: constant {fqn!r} is a pickled object, not a tensor")
+            elif data[:2] == b"PK":
+                try:
+                    with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                        pkl = [n for n in inner.namelist() if n.endswith("data.pkl")]
+                        if any(not _only_safe_globals(inner.read(n)) for n in pkl):
+                            raise ModelError(f"{path}: refused: {name} pickles more than tensors")
+                except zipfile.BadZipFile:
+                    pass
+            elif data[:1] == b"\x80" and name.endswith((".pkl", ".pt", ".pickle")) and not _only_safe_globals(data):
+                raise ModelError(f"{path}: refused: {name} pickles more than tensors")
+
+
+def load_exported(path: str | Path) -> nn.Module:
+    """A ``torch.export`` program (``.pt2``) as a module for evaluation; refused if it holds pickles."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    if inspect_model_file(path) != "export":
+        raise ModelError(f"{path}: not a torch.export program (save one with torch.export.save)")
+    _check_export_archive(path)
+    try:
+        program = torch.export.load(str(path))
+        return ExportedModel(program.module())
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot load the exported program ({type(exc).__name__}: {exc})") from None
 
 
 def apply_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:

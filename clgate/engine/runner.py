@@ -38,6 +38,7 @@ from clgate.engine.models import (
     check_output_width,
     file_digest,
     inspect_model_file,
+    load_exported,
     load_model,
     load_state_dict_file,
     load_torchscript,
@@ -483,6 +484,8 @@ class _SeedRun:
         shape = self.shared.data.input_shape
         if kind == "torchscript":
             model = load_torchscript(path)
+        elif kind == "export":
+            model = load_exported(path)
         else:
             if self.spec.model.arch is None:
                 raise ModelError(f"{path}: a weights file ({kind}) needs model.arch in the job spec")
