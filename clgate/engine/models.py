@@ -171,7 +171,124 @@ def build_model(arch: str, input_shape: tuple[int, ...], n_classes: int, *, hidd
             )
         core = SmallCNN(channels, n_classes) if arch == "cnn" else ResNet18Slim(channels, n_classes)
         return nn.Sequential(*prefix, core) if prefix else core
-    raise ModelError(f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)})")
+    if arch.startswith(("torchvision:", "timm:")):
+        return _hub_model(arch, input_shape, n_classes)
+    raise ModelError(
+        f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)}, torchvision:NAME or timm:NAME)"
+    )
+
+
+def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """A torchvision or timm architecture by name, randomly initialised with ``n_classes`` outputs.
+
+    Pretrained weights are never downloaded: give them as ``model.weights`` (safetensors or a state
+    dict; the keys are the library's own, unchanged). Grayscale inputs ``(N, 1, H, W)`` or
+    ``(N, H, W)`` are repeated to three channels by a forward pre-hook for torchvision models (timm
+    builds the first convolution with ``in_chans`` instead).
+    """
+    library, name = arch.split(":", 1)
+    if len(input_shape) not in (2, 3):
+        raise ModelError(f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape {input_shape}")
+    channels = 1 if len(input_shape) == 2 else input_shape[0]
+    try:
+        if library == "torchvision":
+            import torchvision.models as tvm
+
+            model = tvm.get_model(name, weights=None, num_classes=n_classes)
+        else:
+            import timm
+
+            model = timm.create_model(name, pretrained=False, num_classes=n_classes, in_chans=channels)
+    except ImportError as exc:
+        raise ModelError(f"model.arch: {arch} needs the {library} package (pip install {library}): {exc}") from None
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise ModelError(f"model.arch: {library} cannot build {name!r} ({exc})") from None
+    if library == "torchvision" and channels != 3:
+        if channels != 1:
+            raise ModelError(f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has {channels} channels")
+        model.register_forward_pre_hook(_to_rgb)
+    elif len(input_shape) == 2:
+        model.register_forward_pre_hook(_add_channel)
+    return model
+
+
+def _add_channel(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x = args[0]
+    return (x.unsqueeze(1), *args[1:]) if x.ndim == 3 else args
+
+
+def _to_rgb(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x = args[0]
+    if x.ndim == 3:
+        x = x.unsqueeze(1)
+    return (x.expand(-1, 3, -1, -1), *args[1:])
+
+
+class GrowingLinear(nn.Module):
+    """An output layer that grows with the classes: rows for a task's classes are added when it starts.
+
+    Outputs always have ``n_classes`` columns (so class ids keep their meaning); classes without rows
+    yet get ``-inf`` logits — the model cannot predict a class it has no output for. Parameters, and so
+    the memory-size criterion, grow with the classes seen. New rows are initialised like
+    ``nn.Linear``'s (drawn from torch's global RNG, so runs stay seeded).
+    """
+
+    def __init__(self, in_features: int, n_classes: int) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.n_classes = n_classes
+        self.blocks = nn.ModuleList()
+        self.register_buffer("classes", torch.zeros(0, dtype=torch.long))
+
+    def grow(self, classes: list[int]) -> None:
+        new = [c for c in classes if c not in set(self.classes.tolist())]
+        if not new:
+            return
+        device = self.classes.device
+        dtype = self.blocks[0].weight.dtype if len(self.blocks) else torch.get_default_dtype()
+        self.blocks.append(nn.Linear(self.in_features, len(new)).to(device=device, dtype=dtype))
+        self.classes = torch.cat([self.classes, torch.tensor(new, dtype=torch.long, device=device)])
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A checkpoint knows how far the head grew: rebuild the blocks to its shapes before loading.
+        classes = state_dict.get(prefix + "classes")
+        if isinstance(classes, torch.Tensor):
+            sizes = []
+            while (w := state_dict.get(f"{prefix}blocks.{len(sizes)}.weight")) is not None:
+                sizes.append(int(w.shape[0]))
+            self.blocks = nn.ModuleList(nn.Linear(self.in_features, n) for n in sizes)
+            self.classes = torch.zeros(len(classes), dtype=torch.long, device=self.classes.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.new_full((x.shape[0], self.n_classes), float("-inf"))
+        if not len(self.blocks):
+            return out + x.sum() * 0  # keeps the graph connected before the first task (cost counting)
+        part = torch.cat([block(x) for block in self.blocks], dim=1)
+        return out.index_copy(1, self.classes, part.to(out.dtype))
+
+
+def make_growing_head(model: nn.Module, n_classes: int) -> nn.Module:
+    """Replace the model's last ``nn.Linear`` with ``n_classes`` outputs by a :class:`GrowingLinear`."""
+    target = None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and module.out_features == n_classes:
+            target = name
+    if target is None:
+        raise ModelError(f"model.head: growing needs a final nn.Linear with {n_classes} outputs; none found")
+    parent_name, _, attr = target.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    old = getattr(parent, attr)
+    setattr(parent, attr, GrowingLinear(old.in_features, n_classes).to(old.weight.device))
+    return model
+
+
+def grow_head(model: nn.Module, classes: list[int]) -> bool:
+    """Give the model's growing head rows for ``classes``; False when it has none."""
+    heads = [m for m in model.modules() if isinstance(m, GrowingLinear)]
+    for head in heads:
+        head.grow(classes)
+    return bool(heads)
 
 
 # ---------------------------------------------------------------------- file inspection

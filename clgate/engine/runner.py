@@ -37,11 +37,13 @@ from clgate.engine.models import (
     build_model,
     check_output_width,
     file_digest,
+    grow_head,
     inspect_model_file,
     load_exported,
     load_model,
     load_state_dict_file,
     load_torchscript,
+    make_growing_head,
 )
 from clgate.engine.resources import SampleCost, count_params, measure_costs
 from clgate.engine.scenario import tasks_from_spec
@@ -330,6 +332,9 @@ class _SeedRun:
             n_classes=self.n_classes,
             hidden=spec.model.hidden,
         )
+        if spec.model.head == "growing":
+            make_growing_head(model, self.n_classes)
+            model_info["head"] = "growing"
         model.to(self.device)
         model.train()
         ctx = StrategyContext(
@@ -367,6 +372,8 @@ class _SeedRun:
         for k, classes in enumerate(self.tasks):
             self.task = k + 1
             ctx.seen[torch.tensor(classes, device=self.device)] = True
+            if grow_head(model, classes):  # a growing head: this task's rows, and its larger cost
+                cost = measure_costs(model, example)
             x_k, y_k = shared.task_train(k)
             start_iteration = self.iteration
             train_before = strategy.extra_train_samples
@@ -490,6 +497,8 @@ class _SeedRun:
             if self.spec.model.arch is None:
                 raise ModelError(f"{path}: a weights file ({kind}) needs model.arch in the job spec")
             model = build_model(self.spec.model.arch, shape, self.n_classes, hidden=self.spec.model.hidden)
+            if self.spec.model.head == "growing":  # its rows are rebuilt from the checkpoint's shapes
+                make_growing_head(model, self.n_classes)
             apply_weights(model, load_state_dict_file(path), str(path))
         check_output_width(model, shape, self.n_classes, str(path))
         return model
