@@ -242,7 +242,11 @@ class EvaluationSpec(_Strict):
     subsample_per_task: Annotated[int, Field(ge=1)] | None = None
     future_tasks: bool = False
     task_accuracy: Literal["macro", "micro"] = "macro"
-    batch_size: Annotated[int, Field(ge=1)] = 2048
+    batch_size: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="evaluation batch; null: chosen from the device and the input size "
+        "(about 256 Ki input values a batch on the CPU, 16 Mi on CUDA, 16 … 4096 samples)",
+    )
 
 
 class CheckpointSpec(_Strict):

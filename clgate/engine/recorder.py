@@ -74,7 +74,8 @@ class Recorder:
     class in exactly one). ``eval_every``: an evaluation point every that many updates (``None``:
     task ends only). ``subsample_per_task``: a fixed, seeded subsample of that many evaluation
     samples per task (see docs/recorder.md for choosing it). ``logits(model, x)``: how to get logits
-    from the model (default ``model(x)``). ``meta``: anything to keep in the log's ``meta``
+    from the model (default ``model(x)``). ``transform``: applied to each evaluation batch on the
+    device (e.g. :func:`clgate.engine.data.model_input` for uint8 images kept as stored). ``meta``: anything to keep in the log's ``meta``
     (strategy, hyper-parameters …).
     """
 
@@ -91,9 +92,10 @@ class Recorder:
         future_tasks: bool = False,
         seed: int = 0,
         device: str | torch.device | None = None,
-        batch_size: int = 2048,
+        batch_size: int | None = None,
         precision: Literal["fp32", "bf16"] = "fp32",
         logits: Logits | None = None,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
         x = _as_tensor(x_test, "x_test")
@@ -122,7 +124,7 @@ class Recorder:
             raise EngineInputError(f"eval_every: must be ≥ 1 or None, got {eval_every}")
         if subsample_per_task is not None and subsample_per_task < 1:
             raise EngineInputError(f"subsample_per_task: must be ≥ 1 or None, got {subsample_per_task}")
-        if batch_size < 1:
+        if batch_size is not None and batch_size < 1:
             raise EngineInputError(f"batch_size: must be ≥ 1, got {batch_size}")
         if predict_over not in ("seen", "all"):
             raise EngineInputError(f"predict_over: 'seen' or 'all', got {predict_over!r}")
@@ -143,6 +145,7 @@ class Recorder:
             "seed": seed,
             "future_tasks": future_tasks,
             "batch_size": batch_size,
+            "transform": transform,
         }
         self._x, self._y = x, y
         self._evaluator: ContinualEvaluator | None = None

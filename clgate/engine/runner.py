@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 import clgate
-from clgate.engine.data import Dataset, load_data
+from clgate.engine.data import Dataset, load_data, model_input
 from clgate.engine.errors import EngineInputError, ModelError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.models import (
@@ -163,24 +163,30 @@ def _run_seeds(
 
 
 class _SharedData:
-    """Data tensors put on the device once for all seeds."""
+    """The data for all seeds, kept on the host in its stored dtype (uint8 images stay uint8).
+
+    Only the task being trained goes to the device, converted to model input (float) then; the
+    evaluation samples go there once, in stored dtype, and each evaluation batch is converted.
+    """
 
     def __init__(self, data: Dataset, tasks: list[list[int]], device: torch.device) -> None:
         self.data = data
         self.tasks = tasks
         self.device = device
-        self.x_train = torch.from_numpy(data.x_train).to(device)
-        self.y_train = torch.from_numpy(data.y_train).to(device)
+        self.x_train = torch.from_numpy(data.x_train)
+        self.y_train = torch.from_numpy(data.y_train)
         self.x_test = torch.from_numpy(data.x_test)
         self.y_test = torch.from_numpy(data.y_test)
-        self.task_index = [
-            torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))).to(device) for classes in tasks
-        ]
+        self.task_index = [torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))) for classes in tasks]
         self.digest = data.digest()
 
     def task_train(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = self.task_index[k]
-        return self.x_train[idx], self.y_train[idx]
+        return model_input(self.x_train[idx]).to(self.device), self.y_train[idx].to(self.device)
+
+    def example(self) -> torch.Tensor:
+        """Two training samples as model input on the device (cost counting)."""
+        return model_input(self.x_train[:2]).to(self.device)
 
 
 class _SeedRun:
@@ -303,6 +309,7 @@ class _SeedRun:
             future_tasks=ev.future_tasks,
             batch_size=ev.batch_size,
             autocast=self.autocast,
+            transform=model_input,
         )
 
     # ---------------------------------------------------------------- run
@@ -347,7 +354,7 @@ class _SeedRun:
             autocast=self.autocast,
         )
         strategy, ignored = create_strategy(spec.strategy.name, spec.strategy.params, ctx)
-        example = shared.x_train[:2]
+        example = shared.example()
         cost: SampleCost = measure_costs(model, example)
         self._make_evaluator()
         generator = torch.Generator().manual_seed(self.seed)
