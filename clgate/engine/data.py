@@ -243,7 +243,7 @@ def load_npz(path: str | Path) -> Dataset:
         if missing:
             raise DataError(f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})")
         try:
-            arrays = {k: archive[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+            arrays = {k: _npz_member(path, k, archive) for k in ("x_train", "y_train", "x_test", "y_test")}
             names = archive["class_names"] if "class_names" in archive.files else None
         except ValueError as exc:  # object arrays need pickle: refused
             raise DataError(f"{source}: {exc} (object arrays are refused; store numbers and strings)") from None
@@ -252,6 +252,35 @@ def load_npz(path: str | Path) -> Dataset:
             raise DataError(f"{source}: class_names must be a 1-D array of strings, got {names.dtype} {names.shape}")
         names = [str(n) for n in names.tolist()]
     return validate_arrays(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source)
+
+
+def _npz_member(path: Path, key: str, archive: Any) -> np.ndarray:
+    """One array of an ``.npz``: memory-mapped (copy-on-write, paged in on use) when the member is stored
+    uncompressed (``np.savez``), read whole otherwise (``np.savez_compressed``)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(f"{key}.npy")
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                return archive[key]
+            with path.open("rb") as f:
+                f.seek(info.header_offset)
+                local = f.read(30)
+                if local[:4] != b"PK\x03\x04":
+                    return archive[key]
+                name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+                start = info.header_offset + 30 + name_len + extra_len
+                f.seek(start)
+                version = np.lib.format.read_magic(f)
+                read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                if version not in read_header:
+                    return archive[key]
+                shape, fortran, dtype = read_header[version](f)
+                offset = f.tell()
+            if dtype.hasobject or fortran or offset - start + dtype.itemsize * int(np.prod(shape)) > info.file_size:
+                return archive[key]  # object arrays: refused by the reader; odd layouts: read whole
+            return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=tuple(shape), order="C")
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
+        return archive[key]
 
 
 def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:

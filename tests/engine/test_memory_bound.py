@@ -65,3 +65,24 @@ def test_uint8_set_larger_than_its_float_budget_trains_and_evaluates(tmp_path):
     log = EvaluationLog.load(result["log"])
     assert not log.partial and log.n_tasks == 10
     assert sum(log.points[-1].total) == 10 * 50  # the evaluation subsample of every task
+
+
+def test_uncompressed_npz_is_memory_mapped_and_reads_like_the_compressed_one(tmp_path):
+    import mmap
+
+    from clgate.engine.data import load_npz
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(40, 3, 4, 4), dtype=np.uint8)
+    y = np.repeat(np.arange(4), 10)
+    np.savez(tmp_path / "plain.npz", x_train=x, y_train=y, x_test=x[:8], y_test=y[::5])
+    np.savez_compressed(tmp_path / "packed.npz", x_train=x, y_train=y, x_test=x[:8], y_test=y[::5])
+    plain, packed = load_npz(tmp_path / "plain.npz"), load_npz(tmp_path / "packed.npz")
+
+    def file_backed(a: np.ndarray) -> bool:
+        while a is not None and not isinstance(a, mmap.mmap):
+            a = a.base
+        return isinstance(a, mmap.mmap)
+
+    assert file_backed(plain.x_train) and not file_backed(packed.x_train)
+    assert np.array_equal(plain.x_train, packed.x_train) and plain.digest() == packed.digest()
