@@ -340,7 +340,10 @@ class Recorder:
                 f"task_end: resources of task {self.task} need the batch size of every update "
                 "(step(model, samples=len(batch)))"
             )
-        cost: SampleCost = measure_costs(model, self.evaluator.x[:2])
+        example = self.evaluator.x[:2]
+        if self.evaluator.transform is not None:
+            example = self.evaluator.transform(example)
+        cost: SampleCost = measure_costs(model, example)
         self._costs.append({"forward": cost.forward_muladds, "train": cost.train_muladds})
         self.resources.append(
             TaskResources(

@@ -151,3 +151,19 @@ def test_example_own_loop_writes_a_gateable_log(tmp_path):
     log = EvaluationLog.load(path)
     assert not log.partial and log.n_tasks == 5 and log.resources is not None
     assert log.points[0].iteration == 10 and sum(p.task_end for p in log.points) == 5
+
+
+def test_uint8_inputs_stay_uint8_with_a_per_batch_transform():
+    from clgate.engine.data import model_input
+
+    x = torch.randint(0, 256, (20, 1, 2, 2), dtype=torch.uint8)
+    y = torch.arange(20) % 2
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    rec = Recorder(x, y, tasks=[[0, 1]], device="cpu", transform=model_input)
+    rec.step(model, samples=4)
+    rec.task_end(model, train_size=4, train_bytes=16)
+    assert rec.evaluator.x.dtype == torch.uint8
+    with torch.no_grad():
+        expected = (model(x.float() / 255).argmax(1) == y).long()
+    assert rec.log().points[0].correct == [int(expected[y == c].sum()) for c in (0, 1)]
+    assert rec.log().resources[0].ops_pass > 0
