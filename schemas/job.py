@@ -145,11 +145,32 @@ class ModelSpec(_Strict):
     of the tasks seen so far; ``all`` uses every output.
     """
 
-    arch: Literal["mlp", "cnn", "resnet18-slim"] | None = None
+    arch: str | None = Field(
+        None,
+        description="mlp, cnn, resnet18-slim, or a hub architecture torchvision:NAME / timm:NAME "
+        "(built with num_classes, randomly initialised; weights from model.weights)",
+    )
     weights: str | None = None
     torchscript: str | None = None
     hidden: Annotated[int, Field(ge=1)] = 400
     predict_over: Literal["seen", "all"] = "seen"
+    head: Literal["fixed", "growing"] = Field(
+        "fixed",
+        description="growing: the output layer gets the rows of a task's classes when the task starts "
+        "(parameters grow with the classes seen); fixed: all classes from the start",
+    )
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: str | None) -> str | None:
+        if value is None or value in ("mlp", "cnn", "resnet18-slim"):
+            return value
+        if re.fullmatch(r"(torchvision|timm):[A-Za-z_][A-Za-z0-9_.\-]*", value):
+            return value
+        raise ValueError(
+            "Input should be 'mlp', 'cnn' or 'resnet18-slim', or a hub architecture "
+            f"'torchvision:NAME' or 'timm:NAME'; got {value!r}"
+        )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -157,6 +178,8 @@ class ModelSpec(_Strict):
             raise ValueError("give either torchscript, or arch (with optional weights), not both")
         if self.weights is not None and self.arch is None:
             raise ValueError("weights need arch (the architecture they belong to)")
+        if self.head == "growing" and self.torchscript is not None:
+            raise ValueError("head: growing needs arch (a TorchScript module's output layer cannot grow)")
         return self
 
 
@@ -224,7 +247,11 @@ class EvaluationSpec(_Strict):
     subsample_per_task: Annotated[int, Field(ge=1)] | None = None
     future_tasks: bool = False
     task_accuracy: Literal["macro", "micro"] = "macro"
-    batch_size: Annotated[int, Field(ge=1)] = 2048
+    batch_size: Annotated[int, Field(ge=1)] | None = Field(
+        None,
+        description="evaluation batch; null: chosen from the device and the input size "
+        "(about 256 Ki input values a batch on the CPU, 16 Mi on CUDA, 16 … 4096 samples)",
+    )
 
 
 class CheckpointSpec(_Strict):

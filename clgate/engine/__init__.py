@@ -8,14 +8,19 @@ torch is imported here and in the modules below, never in the pure core (metrics
 - :mod:`~clgate.engine.strategies` — finetune, joint, er, gdumb, lwf, ewc; plugins by entry point.
 - :mod:`~clgate.engine.evaluator` — per-class counts on device-resident evaluation sets.
 - :mod:`~clgate.engine.resources` — parameters, memory bytes, mul-adds.
+- :mod:`~clgate.engine.recorder` — :class:`Recorder`: continual evaluation of your own training loop.
 - :mod:`~clgate.engine.runner` — :func:`run_job`.
 """
 
 from clgate.engine.errors import DataError, EngineInputError, ModelError, StrategyError
+from clgate.engine.evaluator import ContinualEvaluator
+from clgate.engine.recorder import Recorder
 from clgate.engine.runner import JobCancelled, Progress, run_job
 from clgate.engine.strategies import Strategy, StrategyContext, available_strategies, get_strategy
 
 __all__ = [
+    "ContinualEvaluator",
+    "Recorder",
     "DataError",
     "EngineInputError",
     "JobCancelled",

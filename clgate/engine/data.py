@@ -1,7 +1,7 @@
 """Data sets for the engine: bundled digits, NPZ files, image folders, synthetic clusters.
 
-Every loader returns a validated :class:`Dataset` (numpy arrays, float32 inputs, int64 labels
-``0 … C-1``) or raises :class:`~clgate.engine.errors.DataError` naming the file and the problem:
+Every loader returns a validated :class:`Dataset` (numpy arrays; inputs float32, or uint8 images
+kept as stored and scaled to [0, 1] per batch by :func:`model_input`; int64 labels ``0 … C-1``) or raises :class:`~clgate.engine.errors.DataError` naming the file and the problem:
 shapes, dtypes, label range, NaN/inf, classes without test (or training) samples, and train/test
 class mismatch.
 
@@ -38,6 +38,11 @@ class Dataset:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def stored_dtype(self) -> str:
+        """``uint8`` when images are kept as stored (4× smaller than float32), else ``float32``."""
+        return str(self.x_train.dtype)
+
+    @property
     def n_classes(self) -> int:
         return len(self.class_names)
 
@@ -50,7 +55,10 @@ class Dataset:
         h = hashlib.sha256()
         for a in (self.x_train, self.y_train, self.x_test, self.y_test):
             h.update(str(a.shape).encode())
-            h.update(np.ascontiguousarray(a).tobytes())
+            a = np.ascontiguousarray(a)
+            flat = a.reshape(-1).view(np.uint8)
+            for start in range(0, len(flat), 1 << 24):  # streamed: no whole-array byte copy
+                h.update(flat[start : start + (1 << 24)])
         h.update("\x00".join(self.class_names).encode())
         return h.hexdigest()
 
@@ -92,7 +100,8 @@ def validate_arrays(
 ) -> Dataset:
     """Check and normalise four arrays into a :class:`Dataset`; raise :class:`DataError` on the first problem.
 
-    uint8/uint16 inputs are scaled to [0, 1] (÷ 255 / ÷ 65535); other numeric inputs become float32 as they are.
+    uint8 inputs are kept as stored (scaled to [0, 1] per batch by :func:`model_input`); uint16 inputs
+    are scaled to [0, 1] (÷ 65535) as float32; other numeric inputs become float32 as they are.
     """
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     for name, a in arrays.items():
@@ -170,10 +179,29 @@ def validate_arrays(
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:
-    """float32 inputs; 8- and 16-bit unsigned images are scaled to [0, 1], other numbers kept as they are."""
-    if a.dtype in (np.uint8, np.uint16):
+    """Model-ready storage: uint8 images kept (4× smaller; :func:`model_input` scales each batch),
+    16-bit unsigned images scaled to [0, 1] float32, other numbers float32 as they are."""
+    if a.dtype == np.uint8:
+        return np.ascontiguousarray(a)
+    if a.dtype == np.uint16:
         return (a.astype(np.float32) / float(np.iinfo(a.dtype).max)).astype(np.float32)
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def model_input(x: Any) -> Any:
+    """A batch as the model takes it: uint8 images → float32 in [0, 1] (÷ 255); anything else as is.
+
+    Works on torch tensors (on any device, so only the batch is converted there) and numpy arrays.
+
+    >>> import torch
+    >>> model_input(torch.tensor([[0, 51, 255]], dtype=torch.uint8))
+    tensor([[0.0000, 0.2000, 1.0000]])
+    """
+    if getattr(x, "dtype", None) is not None and str(x.dtype).endswith("uint8"):
+        if isinstance(x, np.ndarray):
+            return x.astype(np.float32) / np.float32(255.0)
+        return x.float().div_(255.0)
+    return x
 
 
 def _names(ids: np.ndarray, names: list[str]) -> str:
@@ -256,7 +284,7 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
         if missing:
             raise DataError(f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})")
         try:
-            arrays = {k: archive[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+            arrays = {k: _npz_member(path, k, archive) for k in ("x_train", "y_train", "x_test", "y_test")}
             names = archive["class_names"] if "class_names" in archive.files else None
         except ValueError as exc:  # object arrays need pickle: refused
             raise DataError(f"{source}: {exc} (object arrays are refused; store numbers and strings)") from None
@@ -269,6 +297,35 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
     if arrays["x_train"].ndim == 4:
         ds.meta = {**ds.meta, "layout": layout}
     return ds
+
+
+def _npz_member(path: Path, key: str, archive: Any) -> np.ndarray:
+    """One array of an ``.npz``: memory-mapped (copy-on-write, paged in on use) when the member is stored
+    uncompressed (``np.savez``), read whole otherwise (``np.savez_compressed``)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(f"{key}.npy")
+            if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 0x1:
+                return archive[key]
+            with path.open("rb") as f:
+                f.seek(info.header_offset)
+                local = f.read(30)
+                if local[:4] != b"PK\x03\x04":
+                    return archive[key]
+                name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+                start = info.header_offset + 30 + name_len + extra_len
+                f.seek(start)
+                version = np.lib.format.read_magic(f)
+                read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                if version not in read_header:
+                    return archive[key]
+                shape, fortran, dtype = read_header[version](f)
+                offset = f.tell()
+            if dtype.hasobject or fortran or offset - start + dtype.itemsize * int(np.prod(shape)) > info.file_size:
+                return archive[key]  # object arrays: refused by the reader; odd layouts: read whole
+            return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=tuple(shape), order="C")
+    except (KeyError, OSError, ValueError, zipfile.BadZipFile):
+        return archive[key]
 
 
 def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:

@@ -20,6 +20,7 @@ is drawn, so RNG streams are untouched, and eval mode leaves BatchNorm statistic
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -66,7 +67,35 @@ def stratified_subsample(
     return np.sort(np.concatenate(picked))
 
 
+#: input values per evaluation batch: small on the CPU (cache-sized batches are fastest per sample),
+#: large on accelerators (few launches), so activations stay bounded for large inputs.
+EVAL_BUDGET = {"cpu": 1 << 18, "accelerator": 1 << 24}
+
+
+def auto_batch_size(sample_shape: tuple[int, ...], device: torch.device) -> int:
+    """An evaluation batch for inputs of ``sample_shape`` on ``device``: a power of two in 16 … 4096.
+
+    >>> auto_batch_size((1, 8, 8), torch.device("cpu")), auto_batch_size((3, 32, 32), torch.device("cpu"))
+    (4096, 64)
+    >>> auto_batch_size((3, 224, 224), torch.device("cuda"))
+    64
+    """
+    values = max(1, math.prod(sample_shape))
+    budget = EVAL_BUDGET["cpu" if device.type == "cpu" else "accelerator"]
+    return int(min(4096, max(16, 2 ** math.floor(math.log2(max(1, budget // values))))))
+
+
 class ContinualEvaluator:
+    """Per-class correct/total counts over the tasks seen so far, on samples resident on ``device``.
+
+    ``x_test``/``y_test``: held-out inputs and labels ``0 … n_classes-1``; ``tasks``: the class groups
+    in training order. ``subsample_per_task``: keep a fixed, ``seed``-drawn subsample of that many
+    samples per task. ``future_tasks``: evaluate every task at every point (not only those seen).
+    ``batch_size``: ``None`` picks :func:`auto_batch_size`. ``transform``: applied to each batch.
+    :meth:`evaluate` takes ``predict`` (inputs → logits) and the model (its train/eval mode is
+    restored). Public: :class:`clgate.Recorder` is built on it; see docs/recorder.md.
+    """
+
     def __init__(
         self,
         x_test: torch.Tensor,
@@ -78,8 +107,9 @@ class ContinualEvaluator:
         subsample_per_task: int | None = None,
         seed: int | str = 0,
         future_tasks: bool = False,
-        batch_size: int = 2048,
+        batch_size: int | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         y_np = y_test.cpu().numpy()
         # the selection depends on the data (the caller passes the data digest), never on the training
@@ -109,7 +139,8 @@ class ContinualEvaluator:
         self.n_classes = n_classes
         self.device = device
         self.future_tasks = future_tasks
-        self.batch_size = batch_size
+        self.batch_size = batch_size or auto_batch_size(tuple(x_test.shape[1:]), device)
+        self.transform = transform  # per batch, e.g. uint8 images → float (the resident copy stays small)
         self.autocast = autocast
         self._correct = torch.zeros(n_classes, dtype=torch.long, device=device)
 
@@ -132,7 +163,8 @@ class ContinualEvaluator:
                 for start in range(0, n, self.batch_size):
                     end = min(start + self.batch_size, n)
                     y = self.y[start:end]
-                    logits = predict(self.x[start:end])
+                    x = self.x[start:end]
+                    logits = predict(x if self.transform is None else self.transform(x))
                     # a NaN or +inf logit is a wrong prediction, never "class 0" (argmax of NaN);
                     # -inf is how predict_over: seen masks unseen classes
                     broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=1)

@@ -13,6 +13,9 @@ Files are identified by their bytes before anything is loaded (:func:`inspect_mo
 - ``pickled_model`` — a ``torch.save(model)`` zip whose pickle references classes or functions:
   **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``, which decodes
   opcodes without executing them;
+- ``export`` — a ``torch.export.save`` program (``.pt2``), evaluate mode only: loaded with
+  ``torch.export.load`` after checking that it holds no pickle (weights stored raw, no pickled
+  constants or custom objects, every nested ``torch.save`` payload tensors only) and no compiled code;
 - ``pickle`` — a legacy (non-zip) ``torch.save`` file or a bare pickle: only ever read with
   ``torch.load(weights_only=True)`` (torch's restricted unpickler, which builds tensors and containers
   and refuses every other global), so a legacy state dict loads and anything else is refused.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import pickletools
 import struct
@@ -167,7 +171,124 @@ def build_model(arch: str, input_shape: tuple[int, ...], n_classes: int, *, hidd
             )
         core = SmallCNN(channels, n_classes) if arch == "cnn" else ResNet18Slim(channels, n_classes)
         return nn.Sequential(*prefix, core) if prefix else core
-    raise ModelError(f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)})")
+    if arch.startswith(("torchvision:", "timm:")):
+        return _hub_model(arch, input_shape, n_classes)
+    raise ModelError(
+        f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)}, torchvision:NAME or timm:NAME)"
+    )
+
+
+def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Module:
+    """A torchvision or timm architecture by name, randomly initialised with ``n_classes`` outputs.
+
+    Pretrained weights are never downloaded: give them as ``model.weights`` (safetensors or a state
+    dict; the keys are the library's own, unchanged). Grayscale inputs ``(N, 1, H, W)`` or
+    ``(N, H, W)`` are repeated to three channels by a forward pre-hook for torchvision models (timm
+    builds the first convolution with ``in_chans`` instead).
+    """
+    library, name = arch.split(":", 1)
+    if len(input_shape) not in (2, 3):
+        raise ModelError(f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape {input_shape}")
+    channels = 1 if len(input_shape) == 2 else input_shape[0]
+    try:
+        if library == "torchvision":
+            import torchvision.models as tvm
+
+            model = tvm.get_model(name, weights=None, num_classes=n_classes)
+        else:
+            import timm
+
+            model = timm.create_model(name, pretrained=False, num_classes=n_classes, in_chans=channels)
+    except ImportError as exc:
+        raise ModelError(f"model.arch: {arch} needs the {library} package (pip install {library}): {exc}") from None
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise ModelError(f"model.arch: {library} cannot build {name!r} ({exc})") from None
+    if library == "torchvision" and channels != 3:
+        if channels != 1:
+            raise ModelError(f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has {channels} channels")
+        model.register_forward_pre_hook(_to_rgb)
+    elif len(input_shape) == 2:
+        model.register_forward_pre_hook(_add_channel)
+    return model
+
+
+def _add_channel(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x = args[0]
+    return (x.unsqueeze(1), *args[1:]) if x.ndim == 3 else args
+
+
+def _to_rgb(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    x = args[0]
+    if x.ndim == 3:
+        x = x.unsqueeze(1)
+    return (x.expand(-1, 3, -1, -1), *args[1:])
+
+
+class GrowingLinear(nn.Module):
+    """An output layer that grows with the classes: rows for a task's classes are added when it starts.
+
+    Outputs always have ``n_classes`` columns (so class ids keep their meaning); classes without rows
+    yet get ``-inf`` logits — the model cannot predict a class it has no output for. Parameters, and so
+    the memory-size criterion, grow with the classes seen. New rows are initialised like
+    ``nn.Linear``'s (drawn from torch's global RNG, so runs stay seeded).
+    """
+
+    def __init__(self, in_features: int, n_classes: int) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.n_classes = n_classes
+        self.blocks = nn.ModuleList()
+        self.register_buffer("classes", torch.zeros(0, dtype=torch.long))
+
+    def grow(self, classes: list[int]) -> None:
+        new = [c for c in classes if c not in set(self.classes.tolist())]
+        if not new:
+            return
+        device = self.classes.device
+        dtype = self.blocks[0].weight.dtype if len(self.blocks) else torch.get_default_dtype()
+        self.blocks.append(nn.Linear(self.in_features, len(new)).to(device=device, dtype=dtype))
+        self.classes = torch.cat([self.classes, torch.tensor(new, dtype=torch.long, device=device)])
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A checkpoint knows how far the head grew: rebuild the blocks to its shapes before loading.
+        classes = state_dict.get(prefix + "classes")
+        if isinstance(classes, torch.Tensor):
+            sizes = []
+            while (w := state_dict.get(f"{prefix}blocks.{len(sizes)}.weight")) is not None:
+                sizes.append(int(w.shape[0]))
+            self.blocks = nn.ModuleList(nn.Linear(self.in_features, n) for n in sizes)
+            self.classes = torch.zeros(len(classes), dtype=torch.long, device=self.classes.device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.new_full((x.shape[0], self.n_classes), float("-inf"))
+        if not len(self.blocks):
+            return out + x.sum() * 0  # keeps the graph connected before the first task (cost counting)
+        part = torch.cat([block(x) for block in self.blocks], dim=1)
+        return out.index_copy(1, self.classes, part.to(out.dtype))
+
+
+def make_growing_head(model: nn.Module, n_classes: int) -> nn.Module:
+    """Replace the model's last ``nn.Linear`` with ``n_classes`` outputs by a :class:`GrowingLinear`."""
+    target = None
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and module.out_features == n_classes:
+            target = name
+    if target is None:
+        raise ModelError(f"model.head: growing needs a final nn.Linear with {n_classes} outputs; none found")
+    parent_name, _, attr = target.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    old = getattr(parent, attr)
+    setattr(parent, attr, GrowingLinear(old.in_features, n_classes).to(old.weight.device))
+    return model
+
+
+def grow_head(model: nn.Module, classes: list[int]) -> bool:
+    """Give the model's growing head rows for ``classes``; False when it has none."""
+    heads = [m for m in model.modules() if isinstance(m, GrowingLinear)]
+    for head in heads:
+        head.grow(classes)
+    return bool(heads)
 
 
 # ---------------------------------------------------------------------- file inspection
@@ -186,6 +307,8 @@ def inspect_model_file(path: str | Path) -> str:
         try:
             with zipfile.ZipFile(path) as zf:
                 names = zf.namelist()
+                if any(n == "archive_format" or n.endswith("/archive_format") for n in names):
+                    return "export"
                 if any(n.endswith("/constants.pkl") for n in names) or any("/code/" in n for n in names):
                     return "torchscript"
                 pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
@@ -269,6 +392,8 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
         raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
     if kind == "torchscript":
         raise ModelError(f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights")
+    if kind == "export":
+        raise ModelError(f"{path}: this is a torch.export program; give it as a checkpoint of clgate evaluate")
     raise ModelError(f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)")
 
 
@@ -364,6 +489,10 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
         raise ModelError(f"{path}: refused: this is a pickled whole model, not TorchScript. {EXPORT_HINT}")
     if kind in ("safetensors", "state_dict"):
         raise ModelError(f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead")
+    if kind == "export":
+        raise ModelError(
+            f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint of clgate evaluate"
+        )
     if kind != "torchscript":
         raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
     try:
@@ -378,6 +507,74 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
         raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
     check_torchscript_ops(module, path.name)
     return module
+
+
+class ExportedModel(nn.Module):
+    """An exported program's module; its train/eval mode was fixed at export, so mode changes are no-ops."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.program = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.program(x)
+
+    def train(self, mode: bool = True) -> ExportedModel:
+        self.training = mode  # the graph is what was exported (export the model in eval mode)
+        return self
+
+
+def _check_export_archive(path: Path) -> None:
+    """Refuse a ``.pt2`` that would unpickle anything beyond tensors or load compiled code."""
+    from torch.export.pt2_archive.constants import TENSOR_CONSTANT_FILENAME_PREFIX
+
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            name = info.filename
+            if name.endswith((".so", ".dll", ".dylib", ".cpp", ".cubin")) or "/aotinductor/" in name:
+                raise ModelError(f"{path}: refused: {name} is compiled code (export without AOTInductor)")
+            if info.file_size > 1 << 34:
+                raise ModelError(f"{path}: {name} is larger than 16 GiB")
+            data = zf.read(info)
+            if name.endswith("_config.json") and ("weights" in name or "constants" in name):
+                try:
+                    entries = json.loads(data).get("config", {})
+                except (ValueError, AttributeError):
+                    raise ModelError(f"{path}: {name} is not a valid configuration") from None
+                for fqn, meta in entries.items():
+                    if not isinstance(meta, dict) or meta.get("use_pickle", True):
+                        raise ModelError(f"{path}: refused: {fqn!r} is stored as a pickle. {EXPORT_HINT}")
+                    if "constants" in name and not str(meta.get("path_name", "")).startswith(
+                        TENSOR_CONSTANT_FILENAME_PREFIX
+                    ):
+                        raise ModelError(f"{path}: refused: constant {fqn!r} is a pickled object, not a tensor")
+            elif data[:2] == b"PK":
+                try:
+                    with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                        pkl = [n for n in inner.namelist() if n.endswith("data.pkl")]
+                        if any(not _only_safe_globals(inner.read(n)) for n in pkl):
+                            raise ModelError(f"{path}: refused: {name} pickles more than tensors")
+                except zipfile.BadZipFile:
+                    pass
+            elif data[:1] == b"\x80" and name.endswith((".pkl", ".pt", ".pickle")) and not _only_safe_globals(data):
+                raise ModelError(f"{path}: refused: {name} pickles more than tensors")
+
+
+def load_exported(path: str | Path) -> nn.Module:
+    """A ``torch.export`` program (``.pt2``) as a module for evaluation; refused if it holds pickles."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelError(f"{path}: no such file")
+    if inspect_model_file(path) != "export":
+        raise ModelError(f"{path}: not a torch.export program (save one with torch.export.save)")
+    _check_export_archive(path)
+    try:
+        program = torch.export.load(str(path))
+        return ExportedModel(program.module())
+    except ModelError:
+        raise
+    except Exception as exc:
+        raise ModelError(f"{path}: cannot load the exported program ({type(exc).__name__}: {exc})") from None
 
 
 def apply_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:

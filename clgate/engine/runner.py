@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 import clgate
-from clgate.engine.data import Dataset, load_data
+from clgate.engine.data import Dataset, load_data, model_input
 from clgate.engine.errors import EngineInputError, ModelError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.models import (
@@ -38,10 +38,13 @@ from clgate.engine.models import (
     build_model,
     check_output_width,
     file_digest,
+    grow_head,
     inspect_model_file,
+    load_exported,
     load_model,
     load_state_dict_file,
     load_torchscript,
+    make_growing_head,
 )
 from clgate.engine.resources import SampleCost, count_params, measure_costs
 from clgate.engine.scenario import tasks_from_spec
@@ -179,24 +182,30 @@ def _run_seeds(
 
 
 class _SharedData:
-    """Data tensors put on the device once for all seeds."""
+    """The data for all seeds, kept on the host in its stored dtype (uint8 images stay uint8).
+
+    Only the task being trained goes to the device, converted to model input (float) then; the
+    evaluation samples go there once, in stored dtype, and each evaluation batch is converted.
+    """
 
     def __init__(self, data: Dataset, tasks: list[list[int]], device: torch.device) -> None:
         self.data = data
         self.tasks = tasks
         self.device = device
-        self.x_train = torch.from_numpy(data.x_train).to(device)
-        self.y_train = torch.from_numpy(data.y_train).to(device)
+        self.x_train = torch.from_numpy(data.x_train)
+        self.y_train = torch.from_numpy(data.y_train)
         self.x_test = torch.from_numpy(data.x_test)
         self.y_test = torch.from_numpy(data.y_test)
-        self.task_index = [
-            torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))).to(device) for classes in tasks
-        ]
+        self.task_index = [torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))) for classes in tasks]
         self.digest = data.digest()
 
     def task_train(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         idx = self.task_index[k]
-        return self.x_train[idx], self.y_train[idx]
+        return model_input(self.x_train[idx]).to(self.device), self.y_train[idx].to(self.device)
+
+    def example(self) -> torch.Tensor:
+        """Two training samples as model input on the device (cost counting)."""
+        return model_input(self.x_train[:2]).to(self.device)
 
 
 class _SeedRun:
@@ -344,6 +353,7 @@ class _SeedRun:
             future_tasks=ev.future_tasks,
             batch_size=ev.batch_size,
             autocast=self.autocast,
+            transform=model_input,
         )
 
     # ---------------------------------------------------------------- run
@@ -381,6 +391,9 @@ class _SeedRun:
             n_classes=self.n_classes,
             hidden=spec.model.hidden,
         )
+        if spec.model.head == "growing":
+            make_growing_head(model, self.n_classes)
+            model_info["head"] = "growing"
         model.to(self.device)
         model.train()
         self.batchnorm = _has_batchnorm(model)
@@ -394,7 +407,7 @@ class _SeedRun:
             autocast=self.autocast,
         )
         strategy, ignored = create_strategy(spec.strategy.name, spec.strategy.params, ctx)
-        example = shared.x_train[:2]
+        example = shared.example()
         cost: SampleCost = measure_costs(model, example)
         self._make_evaluator()
         generator = torch.Generator().manual_seed(self.seed)
@@ -419,6 +432,8 @@ class _SeedRun:
         for k, classes in enumerate(self.tasks):
             self.task = k + 1
             ctx.seen[torch.tensor(classes, device=self.device)] = True
+            if grow_head(model, classes):  # a growing head: this task's rows, and its larger cost
+                cost = measure_costs(model, example)
             x_k, y_k = shared.task_train(k)
             start_iteration = self.iteration
             train_before = strategy.extra_train_samples
@@ -553,10 +568,14 @@ class _SeedRun:
         shape = self.shared.data.input_shape
         if kind == "torchscript":
             model = load_torchscript(path)
+        elif kind == "export":
+            model = load_exported(path)
         else:
             if self.spec.model.arch is None:
                 raise ModelError(f"{path}: a weights file ({kind}) needs model.arch in the job spec")
             model = build_model(self.spec.model.arch, shape, self.n_classes, hidden=self.spec.model.hidden)
+            if self.spec.model.head == "growing":  # its rows are rebuilt from the checkpoint's shapes
+                make_growing_head(model, self.n_classes)
             apply_weights(model, load_state_dict_file(path), str(path))
         check_output_width(model, shape, self.n_classes, str(path))
         return model

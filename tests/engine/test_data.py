@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from clgate.engine.data import load_data, load_digits, load_image_folder, load_npz, make_synthetic
+from clgate.engine.data import (
+    load_data,
+    load_digits,
+    load_image_folder,
+    load_npz,
+    make_synthetic,
+    model_input,
+)
 from clgate.engine.errors import DataError
 
 
@@ -44,8 +51,9 @@ def test_npz_loads_with_class_names_and_uint8_scaling(tmp_path):
     arrays["x_train"] = (np.arange(12 * 5).reshape(12, 5) % 256).astype(np.uint8)
     arrays["x_test"] = arrays["x_train"].copy()
     ds = load_npz(_save(tmp_path, **arrays, class_names=np.array(["a", "b", "c"])))
-    assert ds.class_names == ["a", "b", "c"] and ds.x_train.dtype == np.float32
-    assert ds.x_train.max() == pytest.approx(59 / 255)
+    # kept as stored (4× smaller than float32); scaled to [0, 1] per batch
+    assert ds.class_names == ["a", "b", "c"] and ds.x_train.dtype == np.uint8
+    assert model_input(ds.x_train).dtype == np.float32 and model_input(ds.x_train).max() == pytest.approx(59 / 255)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +123,7 @@ def test_image_folder_loads_resized_channels_first(tmp_path):
     ds = load_image_folder(root, size=(4, 4), color="RGB")
     assert ds.x_train.shape == (4, 3, 4, 4) and ds.class_names == ["cat", "dog"]
     assert ds.y_train.tolist() == [0, 0, 1, 1]
-    assert ds.x_train[2].max() == pytest.approx(40 / 255)
+    assert ds.x_train.dtype == np.uint8 and model_input(ds.x_train[2]).max() == pytest.approx(40 / 255)
     gray = load_image_folder(root, size=(3, 5), color="L")
     assert gray.x_test.shape == (4, 1, 3, 5)
 

@@ -1,0 +1,340 @@
+"""A per-class results table from any framework → a ``clgate.evaluation-log/v1`` (``clgate import``).
+
+The table is CSV (header row) or JSON Lines (one object a line), one row per class per evaluation:
+
+| column | meaning |
+|---|---|
+| ``iteration`` | training updates done when evaluated (integer ≥ 0); one evaluation point per iteration |
+| ``task`` | 1-based task being trained at that point |
+| ``class`` | class id (``0 … C-1``) or class name |
+| ``correct``, ``total`` | correct predictions and evaluated samples of the class |
+| ``accuracy`` | instead of ``correct``: accuracy in [0, 1]; ``total`` (the class's sample count) is then required |
+| ``task_end`` | optional (true/false); default: the last point of each task is its task end |
+
+The task layout is the order in which classes are first evaluated (the classes first seen at task
+``k``'s points form task ``k``), or given explicitly (``tasks``). Pure python: no torch.
+
+>>> rows = [
+...     {"iteration": 5, "task": 1, "class": "cat", "correct": 9, "total": 10},
+...     {"iteration": 5, "task": 1, "class": "dog", "correct": 7, "total": 10},
+...     {"iteration": 9, "task": 2, "class": "cat", "accuracy": 0.5, "total": 10},
+...     {"iteration": 9, "task": 2, "class": "dog", "correct": 6, "total": 10},
+...     {"iteration": 9, "task": 2, "class": "eel", "correct": 8, "total": 10},
+... ]
+>>> log = log_from_rows(rows, source="demo")
+>>> log.tasks, log.class_names, log.points[1].correct
+([[0, 1], [2]], ['cat', 'dog', 'eel'], [5, 6, 8])
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.evaluation_log import EvaluationLog
+
+TableFormat = Literal["csv", "jsonl"]
+REQUIRED = ("iteration", "task", "class", "total")
+KNOWN = {*REQUIRED, "correct", "accuracy", "task_end"}
+MAX_ROWS = 5_000_000
+
+
+class TableError(InputError):
+    """A table that cannot become a valid log; the message names the file, row and column."""
+
+
+def table_format(path: Path, given: str | None = None) -> TableFormat:
+    """``csv`` or ``jsonl``: as given, else from the file suffix."""
+    fmt = (given or path.suffix.lstrip(".")).lower()
+    if fmt in ("jsonl", "ndjson"):
+        return "jsonl"
+    if fmt == "csv":
+        return "csv"
+    raise TableError(f"{path}: unknown table format {fmt!r}; use a .csv or .jsonl file, or --format csv|jsonl")
+
+
+def read_table(path: str | Path, *, fmt: str | None = None) -> list[tuple[int, dict[str, Any]]]:
+    """``(row number, row)`` pairs; CSV rows are numbered as lines (the header is line 1)."""
+    path = Path(path)
+    kind = table_format(path, fmt)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise TableError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TableError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    rows: list[tuple[int, dict[str, Any]]] = []
+    if kind == "csv":
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if reader.fieldnames is None:
+            raise TableError(f"{path}: empty file (expected a header row: {', '.join(REQUIRED)}, correct)")
+        try:
+            for row in reader:
+                if None in row:
+                    raise TableError(f"{path}: row {reader.line_num}: more cells than header columns")
+                rows.append((reader.line_num, {k.strip(): v for k, v in row.items() if k is not None}))
+                if len(rows) > MAX_ROWS:
+                    raise TableError(f"{path}: more than {MAX_ROWS} rows")
+        except csv.Error as exc:
+            raise TableError(f"{path}: row {reader.line_num}: {exc}") from None
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TableError(f"{path}: row {number}: invalid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise TableError(f"{path}: row {number}: expected a JSON object, got {type(obj).__name__}")
+            rows.append((number, obj))
+            if len(rows) > MAX_ROWS:
+                raise TableError(f"{path}: more than {MAX_ROWS} rows")
+    if not rows:
+        raise TableError(f"{path}: no rows")
+    return rows
+
+
+def _int(value: Any, where: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool):
+        raise TableError(f"{where}: expected an integer, got {value!r}")
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            number = int(value)
+        except ValueError:
+            raise TableError(f"{where}: expected an integer, got {value!r}") from None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        raise TableError(f"{where}: expected an integer, got {value!r}")
+    if number < minimum:
+        raise TableError(f"{where}: must be ≥ {minimum}, got {number}")
+    return number
+
+
+def _fraction(value: Any, where: str) -> float:
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise TableError(f"{where}: expected a number in [0, 1], got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or not 0 <= number <= 1:
+        raise TableError(f"{where}: expected an accuracy in [0, 1] (a fraction, not a percentage), got {value!r}")
+    return number
+
+
+def _bool(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise TableError(f"{where}: expected true or false, got {value!r}")
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def log_from_rows(
+    rows: Iterable[Mapping[str, Any] | tuple[int, Mapping[str, Any]]],
+    *,
+    source: str = "table",
+    tasks: Sequence[Sequence[int | str]] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> EvaluationLog:
+    """Build and validate the log; raises :class:`TableError` naming ``source``, the row and the column."""
+    numbered = [r if isinstance(r, tuple) else (i + 2, r) for i, r in enumerate(rows)]
+    if not numbered:
+        raise TableError(f"{source}: no rows")
+    records: list[tuple[int, int, int, str, int, int, bool | None]] = []
+    from_accuracy = False
+    for number, row in numbered:
+        where = f"{source}: row {number}"
+        missing = [c for c in REQUIRED if c not in row or _blank(row[c])]
+        has_correct = "correct" in row and not _blank(row["correct"])
+        has_accuracy = "accuracy" in row and not _blank(row["accuracy"])
+        if not has_correct and not has_accuracy:
+            missing.append("correct (or accuracy)")
+        if missing:
+            raise TableError(f"{where}: missing column(s) {', '.join(missing)}")
+        iteration = _int(row["iteration"], f"{where}, column 'iteration'")
+        task = _int(row["task"], f"{where}, column 'task'", minimum=1)
+        total = _int(row["total"], f"{where}, column 'total'")
+        name = str(row["class"]).strip()
+        if not name:
+            raise TableError(f"{where}, column 'class': empty")
+        if has_correct:
+            correct = _int(row["correct"], f"{where}, column 'correct'")
+            if has_accuracy:
+                acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'")
+                if total and abs(acc - correct / total) > 0.5 / total + 1e-9:
+                    raise TableError(
+                        f"{where}, column 'accuracy': {acc} disagrees with correct/total = {correct}/{total}"
+                    )
+        else:
+            acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'")
+            exact = acc * total
+            correct = round(exact)
+            if abs(exact - correct) > 0.05 + 5e-4 * total:
+                raise TableError(
+                    f"{where}, column 'accuracy': {acc} × total {total} = {exact:.3f} is not a whole count "
+                    "(is 'total' the class's number of evaluated samples?)"
+                )
+            from_accuracy = True
+        if correct > total:
+            raise TableError(f"{where}, column 'correct': {correct} exceeds total {total}")
+        end = _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
+        records.append((number, iteration, task, name, correct, total, end))
+    ids = _class_ids(records, tasks, source)
+    n_classes = len(ids)
+    layout = _layout(records, ids, tasks, source)
+    points = _points(records, ids, n_classes, source)
+    names = sorted(ids, key=ids.__getitem__)
+    integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
+    digest = hashlib.sha256(json.dumps([r[1:] for r in records]).encode()).hexdigest()
+    try:
+        return EvaluationLog(
+            class_names=None if integer_ids else names,
+            tasks=layout,
+            points=points,
+            meta={"imported_from": source, "table_sha256": digest, "counts_from_accuracy": from_accuracy}
+            | dict(meta or {}),
+        )
+    except ValidationError as exc:
+        raise TableError(f"{source}: the table does not make a valid log:\n  " + "\n  ".join(problems_of(exc))) from None
+
+
+def _class_ids(records: list, tasks: Sequence[Sequence[int | str]] | None, source: str) -> dict[str, int]:
+    names = list(dict.fromkeys(r[3] for r in sorted(records, key=lambda r: (r[1], r[0]))))
+    if all(n.isdigit() for n in names):
+        ids = {n: int(n) for n in names}
+        expected = set(range(len(names)))
+        if set(ids.values()) != expected:
+            odd = sorted(set(ids.values()) - expected)
+            raise TableError(
+                f"{source}: column 'class': integer class ids must be 0 … {len(names) - 1}; got {odd[:10]} "
+                "(use class names, or renumber the classes from 0)"
+            )
+        return ids
+    if tasks is not None:
+        flat = [str(c) for g in tasks for c in g]
+        unknown = sorted(set(names) - set(flat))
+        if unknown:
+            raise TableError(f"{source}: class(es) {unknown[:10]} of the table are in no task of --tasks")
+        return {n: i for i, n in enumerate(flat)}
+    return {n: i for i, n in enumerate(names)}  # ids in order of first evaluation
+
+
+def _layout(records: list, ids: dict[str, int], tasks: Sequence[Sequence[int | str]] | None, source: str) -> list[list[int]]:
+    if tasks is not None:
+        layout = []
+        for k, group in enumerate(tasks):
+            try:
+                layout.append([ids[str(c)] for c in group])
+            except KeyError as exc:
+                raise TableError(f"{source}: --tasks[{k}]: class {exc.args[0]!r} never appears in the table") from None
+        return layout
+    first_task: dict[int, int] = {}
+    for r in records:
+        c = ids[r[3]]
+        first_task[c] = min(first_task.get(c, r[2]), r[2])
+    n_tasks = max(r[2] for r in records)
+    layout = [sorted(c for c, t in first_task.items() if t == k) for k in range(1, n_tasks + 1)]
+    empty = [k + 1 for k, g in enumerate(layout) if not g]
+    if empty:
+        raise TableError(
+            f"{source}: task(s) {empty} evaluate no class that earlier tasks did not; the task layout cannot be "
+            "inferred (were future tasks evaluated?): give it with --tasks '[[0,1],[2,3]]'"
+        )
+    return layout
+
+
+def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> list[dict[str, Any]]:
+    by_iteration: dict[int, dict[str, Any]] = {}
+    for number, iteration, task, name, correct, total, end in sorted(records, key=lambda r: (r[1], r[0])):
+        point = by_iteration.get(iteration)
+        if point is None:
+            point = by_iteration[iteration] = {
+                "iteration": iteration, "task": task, "task_end": end, "correct": [0] * n_classes,
+                "total": [0] * n_classes, "_rows": {}, "_first": number,
+            }
+        where = f"{source}: row {number}"
+        if task != point["task"]:
+            raise TableError(
+                f"{where}, column 'task': task {task} at iteration {iteration}, but row {point['_first']} "
+                f"says task {point['task']} (one task per iteration)"
+            )
+        if end is not None and point["task_end"] is not None and end != point["task_end"]:
+            raise TableError(f"{where}, column 'task_end': disagrees with row {point['_first']} at iteration {iteration}")
+        if end is not None:
+            point["task_end"] = end
+        c = ids[name]
+        if c in point["_rows"]:
+            raise TableError(
+                f"{where}, column 'class': class {name!r} already given at iteration {iteration} (row {point['_rows'][c]})"
+            )
+        point["_rows"][c] = number
+        point["correct"][c] = correct
+        point["total"][c] = total
+    points = [by_iteration[i] for i in sorted(by_iteration)]
+    explicit = any(p["task_end"] is not None for p in points)
+    for i, p in enumerate(points):
+        if not explicit:
+            p["task_end"] = i == len(points) - 1 or points[i + 1]["task"] != p["task"]
+        elif p["task_end"] is None:
+            p["task_end"] = False
+        del p["_rows"], p["_first"]
+    return points
+
+
+def rows_from_log(log: EvaluationLog) -> list[dict[str, Any]]:
+    """The table of a log with counts: one row per evaluated class per point (the inverse of import)."""
+    rows = []
+    for p in log.points:
+        if p.correct is None or p.total is None:
+            raise TableError("the log has accuracies only; a table needs correct/total counts")
+        for c, (correct, total) in enumerate(zip(p.correct, p.total)):
+            if total:
+                rows.append(
+                    {"iteration": p.iteration, "task": p.task, "class": log.class_label(c),
+                     "correct": correct, "total": total, "task_end": p.task_end}
+                )
+    return rows
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write rows as CSV or JSON Lines (by suffix)."""
+    path = Path(path)
+    if table_format(path) == "jsonl":
+        path.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows), encoding="utf-8")
+    else:
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return path
+
+
+def import_table(
+    path: str | Path, *, fmt: str | None = None, tasks: Sequence[Sequence[int | str]] | None = None
+) -> EvaluationLog:
+    """Read a CSV/JSON Lines per-class table and return the validated log (:class:`TableError` on bad input)."""
+    path = Path(path)
+    rows = read_table(path, fmt=fmt)
+    unknown = sorted({k for _, r in rows for k in r} - KNOWN)
+    meta = {"ignored_columns": unknown} if unknown else {}
+    return log_from_rows(rows, source=str(path), tasks=tasks, meta=meta)
