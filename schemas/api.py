@@ -38,6 +38,14 @@ ModelName = Annotated[
         description="Letters, digits, '.', '_', '-' (a Prometheus label value: keep the set of names small).",
     ),
 ]
+Project = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="A team's project: lower-case letters, digits and '-'. Keys see only their project's records "
+        "(admin keys: every project's).",
+    ),
+]
 ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 hex digits>")]
 
 GPU_MODES = frozenset({"retrain", "evaluate"})
@@ -154,7 +162,8 @@ class JobPublic(BaseModel):
     finished_at: dt.datetime | None
     duration_s: float | None
     verdict: Verdict | None = None
-    waived: bool = False
+    waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
+    project: str = "default"
 
 
 class JobsPublic(BaseModel):
@@ -251,6 +260,9 @@ class AuditEventPublic(BaseModel):
     subject_type: str
     subject_id: str
     details: dict[str, Any]
+    project: str | None = None
+    seq: int | None = Field(None, description="Position in the audit hash chain (`clgate audit verify`).")
+    record_hash: str | None = Field(None, description="SHA-256 of the event's content and its predecessor's hash.")
 
 
 class AuditEventsPublic(BaseModel):
@@ -263,12 +275,14 @@ class KeyCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     role: Role
+    project: Project = "default"
 
 
 class KeyCreated(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
     key: str = Field(description="The secret key, shown once; only its hash is stored.")
 
 
@@ -276,6 +290,7 @@ class KeyPublic(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
     created_at: dt.datetime
     revoked_at: dt.datetime | None
 
@@ -289,6 +304,7 @@ class WhoAmI(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
 
 
 class Health(BaseModel):

@@ -1,12 +1,17 @@
-"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with roles."""
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with roles,
+and :class:`Scope`, the one place that decides which project's records a key may see and touch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import ColumnElement, Select, exists, select, true
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from clgate.service.auth import has_role, verify
@@ -14,7 +19,9 @@ from clgate.service.dispatch import Dispatcher
 from clgate.service.errors import ApiError
 from clgate.store.settings import Settings
 from clgate.store.artifacts import ArtifactStore
-from clgate.store.models import ApiKey, Role
+from clgate.store.models import ApiKey, Artifact, Job, Model, ProjectArtifact, Role
+
+T = TypeVar("T")
 
 
 def get_settings(request: Request) -> Settings:
@@ -74,6 +81,76 @@ Approver = Annotated[ApiKey, Depends(require(Role.approver))]
 Admin = Annotated[ApiKey, Depends(require(Role.admin))]
 
 
+def scope(key: ApiKey) -> Scope:
+    """The scope of an authenticated key (each route has one through its role dependency)."""
+    return Scope(key)
+
+
 def actor(key: ApiKey) -> str:
     """How a key appears in the audit trail: ``key:<id>(<name>)``."""
     return f"key:{key.id}({key.name})"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a key may see: its own project's records, or every project's for an admin key.
+
+    Every route reads records through these methods (``scope.get``, ``scope.where`` …): a record of
+    another project is answered exactly like a missing one (404), so keys cannot probe other projects.
+    """
+
+    key: ApiKey
+
+    @property
+    def project(self) -> str:
+        """The project new records of this key belong to."""
+        return self.key.project
+
+    @property
+    def everywhere(self) -> bool:
+        return has_role(self.key, Role.admin)
+
+    def visible(self, column: Any) -> ColumnElement[bool]:
+        """A condition on a ``project`` column: true for the records this key may see."""
+        return true() if self.everywhere else column == self.key.project
+
+    def where(self, query: Select, column: Any) -> Select:
+        return query.where(self.visible(column))
+
+    def get(self, session: Session, cls: type[T], ident: Any, what: str) -> T:
+        """The record ``ident`` of ``cls`` if this key may see it; 404 naming ``what`` otherwise."""
+        record = session.get(cls, ident)
+        if record is None or not (self.everywhere or getattr(record, "project") == self.key.project):
+            raise ApiError(404, f"no {what}")
+        return record
+
+    def job(self, session: Session, job_id: str) -> Job:
+        return self.get(session, Job, job_id, f"job {job_id}")
+
+    def artifact_visible(self) -> ColumnElement[bool]:
+        """A condition on :class:`Artifact` rows: uploaded by this key's project (any, for an admin)."""
+        if self.everywhere:
+            return true()
+        return exists().where(ProjectArtifact.sha256 == Artifact.sha256, ProjectArtifact.project == self.key.project)
+
+    def artifact(self, session: Session, digest: str) -> Artifact | None:
+        """The artifact ``digest`` if this key's project uploaded it (any, for an admin), else None."""
+        return session.scalar(select(Artifact).where(Artifact.sha256 == digest, self.artifact_visible()))
+
+    def model(self, session: Session, name: str, *, claim: bool = False) -> Model | None:
+        """The model ``name``: 403 when another project owns it; with ``claim`` an unknown name becomes
+        this key's project's (the first job under a name claims it)."""
+        model = session.get(Model, name)
+        if model is None:
+            if not claim:
+                return None
+            try:
+                with session.begin_nested():  # two first jobs under one name: one claims it
+                    session.add(Model(name=name, project=self.key.project))
+            except IntegrityError:
+                pass
+            model = session.get(Model, name)
+        if model.project != self.key.project:
+            raise ApiError(403, f"model {name!r} belongs to another project (this key's project is "
+                                f"{self.key.project!r})")
+        return model

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from clgate.store import chain as _chain  # noqa: F401 - registers the hook that chains appended records
 from clgate.store.models import AuditEvent
 
 STORE_DIR = Path(__file__).resolve().parent
@@ -103,8 +104,15 @@ def wait_for_schema(engine: Engine, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def audit(session: Session, actor: str, action: str, subject_type: str, subject_id: str, **details: Any) -> None:
-    """Append one audit event (committed with the change it records)."""
+def audit(
+    session: Session, actor: str, action: str, subject_type: str, subject_id: str, *, project: str | None = None,
+    **details: Any,
+) -> None:
+    """Append one audit event (committed with the change it records; hash-chained at flush).
+
+    ``project`` is the project of the subject; for a job it is looked up when not given.
+    """
     session.add(
-        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id), details=details)
+        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id),
+                   details=details, project=project)
     )
