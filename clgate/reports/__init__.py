@@ -11,17 +11,20 @@ import csv
 import io
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clgate.schemas.decision import Decision, RuleResult
+from clgate.schemas.decision import Decision, RuleResult, decision_sha256
 from clgate.schemas.fmeca import FmecaWorksheet
 
 __all__ = [
     "REPORT_FILES",
     "fmeca_csv",
+    "md_code",
+    "md_escape",
     "render_html",
     "render_input_error_junit",
     "render_input_error_markdown",
@@ -92,21 +95,56 @@ def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+_MD_INLINE = re.compile(r"([\\`*_\[\]|~])")
+_MD_ORDERED = re.compile(r"^(\d+)([.)])")
+
+
+def md_escape(text: Any) -> str:
+    """User-provided text (class names, rule ids, policy names, messages) made inert in Markdown.
+
+    HTML becomes entities (a step summary or a PR comment renders ``<script>`` as text), Markdown
+    syntax is escaped, and the text stays on one line (table cells, list items).
+
+    >>> md_escape("<img src=x onerror=alert(1)>")
+    '&lt;img src=x onerror=alert(1)&gt;'
+    >>> md_escape("a|b *c* [l](u)\\n# h")
+    'a\\\\|b \\\\*c\\\\* \\\\[l\\\\](u) # h'
+    >>> md_escape("- item"), md_escape("1. item")
+    ('\\\\- item', '1\\\\. item')
+    """
+    out = " ".join(str(text).splitlines())
+    out = out.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    out = _MD_INLINE.sub(r"\\\1", out)
+    if out[:1] in ("#", "+", "-", "=") and out:
+        out = "\\" + out
+    return _MD_ORDERED.sub(r"\1\\\2", out)
+
+
+def md_code(text: Any) -> str:
+    """User text for inside a Markdown code span (which shows HTML as text): no backtick can end the
+    span early, and a table cell is not split.
+
+    >>> md_code("a`b|c")
+    "a'b\\\\|c"
+    """
+    return " ".join(str(text).splitlines()).replace("`", "'").replace("|", "\\|")
+
+
 def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
     """A short summary for a CI step summary or a pull-request comment (stable for a fixed decision)."""
     d = decision
     lines = [
         f"## {_VERDICT_ICON[d.verdict]} clgate gate: {d.verdict}",
         "",
-        f"Policy **{d.policy_name}** v{d.policy_version} · {d.runs} run(s)"
-        + (f" · strategy `{d.strategy}`" if d.strategy else "")
-        + (f" · seeds {', '.join(map(str, d.seeds))}" if any(s is not None for s in d.seeds) else ""),
+        f"Policy **{md_escape(d.policy_name)}** v{md_escape(d.policy_version)} · {d.runs} run(s)"
+        + (f" · strategy `{md_code(d.strategy)}`" if d.strategy else "")
+        + (f" · seeds {md_escape(', '.join(map(str, d.seeds)))}" if any(s is not None for s in d.seeds) else ""),
         "",
-        _md_cell(d.summary),
+        md_escape(d.summary),
         "",
     ]
     for err in d.errors:
-        lines.append(f"- ⛔ {_md_cell(err)}")
+        lines.append(f"- ⛔ {md_escape(err)}")
     if d.errors:
         lines.append("")
     lines += [
@@ -118,8 +156,8 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         ev = evidence_text(r.evidence) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
         lines.append(
-            f"| {_ICON[r.status]} | `{_md_cell(r.id)}`{sev} | {value} | {_md_cell(threshold_text(r))} "
-            f"| {fmt(r.margin)} | {_md_cell(ev)} |"
+            f"| {_ICON[r.status]} | `{md_code(r.id)}`{sev} | {value} | {_md_cell(threshold_text(r))} "
+            f"| {fmt(r.margin)} | {md_escape(ev)} |"
         )
     h = d.headline
     lines += [
@@ -129,7 +167,7 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         + (f" · class regression {fmt(h.class_regression)}" if h.class_regression is not None else ""),
     ]
     if h.worst_classes:
-        worst = ", ".join(f"{w.name!r} {fmt(w.accuracy, 3)}" for w in h.worst_classes[:3])
+        worst = ", ".join(f"{md_escape(repr(w.name))} {fmt(w.accuracy, 3)}" for w in h.worst_classes[:3])
         lines.append(f"Worst classes (final accuracy): {worst}")
     if d.fmeca is not None and d.fmeca.rows:
         counts = {p: sum(1 for r in d.fmeca.rows if r.priority_worst == p) for p in ("High", "Medium", "Low")}
@@ -143,7 +181,7 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         ]
         for row in d.fmeca.rows[:max_fmeca_rows]:
             lines.append(
-                f"| {_md_cell(row.class_name)} | {row.severity} | {row.occurrence_final} | {row.occurrence_worst} "
+                f"| {md_escape(row.class_name)} | {row.severity} | {row.occurrence_final} | {row.occurrence_worst} "
                 f"| {row.detection} | {row.rpn_worst} | {row.priority_worst} |"
             )
     lines += [
@@ -217,7 +255,9 @@ def render_input_error_junit(message: str) -> str:
 
 def render_input_error_markdown(message: str) -> str:
     """The Markdown summary for inputs that could not be judged."""
-    return f"## {_VERDICT_ICON['ERROR']} clgate gate: ERROR (invalid input)\n\n```\n{message}\n```\n"
+    longest = max((len(run) for run in re.findall(r"`+", message)), default=0)
+    fence = "`" * max(3, longest + 1)  # a fence longer than any backtick run in the message: it cannot close early
+    return f"## {_VERDICT_ICON['ERROR']} clgate gate: ERROR (invalid input)\n\n{fence}\n{message}\n{fence}\n"
 
 
 FMECA_COLUMNS = [
@@ -308,6 +348,14 @@ def render_html(
     )
 
 
+def decision_file(decision: Decision) -> str:
+    """``decision.json``: the decision document plus ``sha256``, the hash of the rest of it
+    (:func:`clgate.schemas.decision.decision_sha256`; ``clgate audit verify --decision FILE`` checks it)."""
+    document = decision.model_dump(mode="json")
+    document["sha256"] = decision_sha256(document)
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 def write_reports(
     decision: Decision,
     out_dir: Path,
@@ -326,7 +374,7 @@ def write_reports(
         "baseline": json.loads(baseline_metrics.model_dump_json()) if baseline_metrics is not None else None,
     }
     contents = {
-        "decision.json": decision.model_dump_json(indent=2) + "\n",
+        "decision.json": decision_file(decision),
         "metrics.json": json.dumps(metrics_doc, indent=2) + "\n",
         "fmeca.csv": fmeca_csv(decision.fmeca),
         "junit.xml": render_junit(decision),

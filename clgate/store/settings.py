@@ -54,6 +54,11 @@ class Settings(BaseSettings):
     worker_heartbeat_s: Annotated[float, Field(gt=0)] = 15.0
     worker_stale_s: Annotated[float, Field(gt=0)] = 60.0
     worst_classes: Annotated[int, Field(ge=1, le=20)] = 3
+    public_docs: bool = Field(
+        False,
+        description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs a viewer key "
+        "and the interactive pages are not served (the API's shape is not public by default).",
+    )
 
     @field_validator("broker_url")
     @classmethod

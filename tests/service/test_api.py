@@ -45,7 +45,7 @@ def _routes():
     app = create_app(Settings(data_dir="/nonexistent-not-started"))
     out = []
     for path, route in _walk(app.routes):
-        if path in PUBLIC:
+        if path in PUBLIC or not route.include_in_schema:
             continue
         for method in sorted(route.methods - {"HEAD"}):
             out.append(pytest.param(method, path, _required_role(route), id=f"{method} {path}"))
@@ -111,8 +111,19 @@ def test_health_needs_no_key(api):
     assert ready["status"] == "ok" and ready["checks"]["database"] == "ok"
 
 
+def test_openapi_needs_a_key_unless_the_docs_are_public(api, app_factory, test_client_class):
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert api.get(path).status_code in (401, 404), path
+    assert api.get("/openapi.json").json()["error"] == "unauthenticated"
+    assert api.get("/openapi.json", headers=api.as_role("viewer")).status_code == 200
+    app, _ = app_factory(public_docs=True)
+    with test_client_class(app) as client:
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            assert client.get(path).status_code == 200, path
+
+
 def test_openapi_lists_the_v1_routes(api):
-    spec = api.get("/openapi.json").json()
+    spec = api.get("/openapi.json", headers=api.as_role("viewer")).json()
     for path in ("/v1/artifacts", "/v1/jobs", "/v1/jobs/{job_id}/regate", "/v1/jobs/{job_id}/waivers",
                  "/v1/policies", "/v1/baselines/{model_name}", "/v1/audit", "/metrics"):
         assert path in spec["paths"], path

@@ -210,8 +210,8 @@ def test_celery_worker_lost_mid_job_is_redelivered_and_decided_once(celery_servi
 
 
 def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
-    """No settings at all but a data folder: `clgate serve` migrates, prints a first admin key (kept
-    in a mode-600 file), and runs jobs embedded."""
+    """No settings at all but a data folder: `clgate serve` migrates, creates a first admin key in a
+    mode-600 file (and says where, never printing the key), and runs jobs embedded."""
     import os
     import subprocess
     import sys
@@ -237,7 +237,8 @@ def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
         key_file = data / "admin.key"
         key = key_file.read_text().strip()
         assert oct(key_file.stat().st_mode & 0o777) == "0o600"
-        assert key in (tmp_path / "serve.log").read_text()
+        log_text = (tmp_path / "serve.log").read_text()
+        assert key not in log_text and str(key_file) in log_text  # the key goes to its file only
         with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=30) as c:
             assert c.get("/v1/whoami").json()["role"] == "admin"
             c.post("/v1/policies", json={"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]}).raise_for_status()
