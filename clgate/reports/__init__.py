@@ -23,7 +23,6 @@ from clgate.schemas.fmeca import FmecaWorksheet
 __all__ = [
     "REPORT_FILES",
     "fmeca_csv",
-    "md_code",
     "md_escape",
     "render_html",
     "render_input_error_junit",
@@ -120,16 +119,6 @@ def md_escape(text: Any) -> str:
     return _MD_ORDERED.sub(r"\1\\\2", out)
 
 
-def md_code(text: Any) -> str:
-    """User text for inside a Markdown code span (which shows HTML as text): no backtick can end the
-    span early, and a table cell is not split.
-
-    >>> md_code("a`b|c")
-    "a'b\\\\|c"
-    """
-    return " ".join(str(text).splitlines()).replace("`", "'").replace("|", "\\|")
-
-
 def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
     """A short summary for a CI step summary or a pull-request comment (stable for a fixed decision)."""
     d = decision
@@ -137,7 +126,7 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         f"## {_VERDICT_ICON[d.verdict]} clgate gate: {d.verdict}",
         "",
         f"Policy **{md_escape(d.policy_name)}** v{md_escape(d.policy_version)} · {d.runs} run(s)"
-        + (f" · strategy `{md_code(d.strategy)}`" if d.strategy else "")
+        + (f" · strategy {md_escape(d.strategy)}" if d.strategy else "")
         + (f" · seeds {md_escape(', '.join(map(str, d.seeds)))}" if any(s is not None for s in d.seeds) else ""),
         "",
         md_escape(d.summary),
@@ -156,7 +145,7 @@ def render_markdown(decision: Decision, *, max_fmeca_rows: int = 5) -> str:
         ev = evidence_text(r.evidence) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
         lines.append(
-            f"| {_ICON[r.status]} | `{md_code(r.id)}`{sev} | {value} | {_md_cell(threshold_text(r))} "
+            f"| {_ICON[r.status]} | {md_escape(r.id)}{sev} | {value} | {_md_cell(threshold_text(r))} "
             f"| {fmt(r.margin)} | {md_escape(ev)} |"
         )
     h = d.headline
