@@ -19,7 +19,7 @@ from clgate.service.dispatch import Dispatcher
 from clgate.service.errors import ApiError
 from clgate.store.settings import Settings
 from clgate.store.artifacts import ArtifactStore
-from clgate.store.models import ApiKey, Artifact, Job, Model, ProjectArtifact, Role
+from clgate.store.models import ApiKey, Artifact, Job, JobFile, Model, ProjectArtifact, Role
 
 T = TypeVar("T")
 
@@ -128,13 +128,18 @@ class Scope:
         return self.get(session, Job, job_id, f"job {job_id}")
 
     def artifact_visible(self) -> ColumnElement[bool]:
-        """A condition on :class:`Artifact` rows: uploaded by this key's project (any, for an admin)."""
+        """A condition on :class:`Artifact` rows: uploaded by this key's project or a result file of one of
+        its jobs (any, for an admin)."""
         if self.everywhere:
             return true()
-        return exists().where(ProjectArtifact.sha256 == Artifact.sha256, ProjectArtifact.project == self.key.project)
+        uploaded = exists().where(ProjectArtifact.sha256 == Artifact.sha256,
+                                  ProjectArtifact.project == self.key.project)
+        produced = exists().where(JobFile.sha256 == Artifact.sha256, JobFile.job_id == Job.id,
+                                  Job.project == self.key.project)
+        return uploaded | produced
 
     def artifact(self, session: Session, digest: str) -> Artifact | None:
-        """The artifact ``digest`` if this key's project uploaded it (any, for an admin), else None."""
+        """The artifact ``digest`` if this key's project uploaded or produced it (any, for an admin)."""
         return session.scalar(select(Artifact).where(Artifact.sha256 == digest, self.artifact_visible()))
 
     def model(self, session: Session, name: str, *, claim: bool = False) -> Model | None:

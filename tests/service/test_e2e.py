@@ -73,14 +73,14 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     # /metrics: the model's gauges equal the stored decision's headline values
     headline = view.get(f"/v1/jobs/{job_id}/decision").json()["headline"]
     m = samples(view.get("/metrics").text)
-    model = (("model", MODEL),)
+    model = (("model", MODEL), ("project", "default"))
     assert m[("clgate_model_mica_ratio", model)] == pytest.approx(headline["mica"])
     assert m[("clgate_model_wamica_ratio", model)] == pytest.approx(headline["wamica"])
     assert m[("clgate_model_min_acc_ratio", model)] == pytest.approx(headline["min_acc"])
-    assert m[("clgate_model_verdict", (("model", MODEL), ("verdict", "PASS")))] == 1.0
+    assert m[("clgate_model_verdict", (("model", MODEL), ("project", "default"), ("verdict", "PASS")))] == 1.0
     worst = sorted(k for k in m if k[0] == "clgate_model_worst_class_accuracy_ratio")
     assert len(worst) == 3
-    assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 1.0
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "PASS"),))] == 1.0
     assert m[("clgate_jobs", (("queue", "gpu"), ("state", "succeeded")))] == 1.0
     assert m[("clgate_job_duration_seconds_count", (("mode", "retrain"),))] == 1.0
     assert m[("clgate_workers", (("queue", "gpu"),))] >= 1.0
@@ -95,8 +95,8 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     regate_files = {f["name"]: f["sha256"] for f in view.get(f"/v1/jobs/{regate['id']}/results").json()["files"]}
     assert regate_files["logs/log-seed0.json"] == files["logs/log-seed0.json"]["sha256"]  # same log, not retrained
     m = samples(view.get("/metrics").text)
-    assert m[("clgate_model_verdict", (("model", MODEL), ("verdict", "FAIL")))] == 1.0
-    assert m[("clgate_decisions_total", (("verdict", "FAIL"),))] == 1.0
+    assert m[("clgate_model_verdict", (("model", MODEL), ("project", "default"), ("verdict", "FAIL")))] == 1.0
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "FAIL"),))] == 1.0
 
     # waiver: approvers only, with a justification; recorded in the audit trail; the decision not edited
     body = {"justification": "Known weak classes; release approved for the pilot line only (QA-1234)."}
@@ -153,7 +153,7 @@ def test_celery_end_to_end(celery_service, redis_url, digits_npz, make_spec, pol
     events = view.get("/v1/audit", params={"subject_id": ids["metrics_job_id"], "action": "decision.recorded"}).json()
     assert events["count"] == 1
     m = samples(view.get("/metrics").text)
-    assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 3.0  # retrain, metrics-only, sentinel
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "PASS"),))] == 3.0  # retrain, metrics-only, sentinel
     assert m[("clgate_queue_length", (("queue", "gpu"),))] == 0.0  # read from the Redis list
     sender.close()
     assert "clgate.run_job" in svc.worker.tail()

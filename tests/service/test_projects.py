@@ -75,6 +75,10 @@ def test_no_posting_under_another_projects_model_name(teams):
     r = b["submitter"].post("/v1/jobs", json={"mode": "metrics", "model_name": "beta", "logs": [teams["a_log"]],
                                               "policy": {"name": "strict", "version": "1"}})
     assert r.status_code == 422 and "does not exist" in r.json()["reason"]
+    files = teams["a"]["viewer"].get(f"/v1/jobs/{teams['a_job']['id']}/results").json()["files"]
+    a_result = "sha256:" + next(f["sha256"] for f in files if f["name"] == "decision.json")
+    assert teams["a"]["viewer"].get(f"/v1/artifacts/{a_result}").status_code == 200  # its own job's result
+    assert b["viewer"].get(f"/v1/artifacts/{a_result}").status_code == 404  # not another project's
     ref = b["submitter"].post("/v1/artifacts", params={"kind": "log"}, content=teams["example_log"]).json()["ref"]
     r = b["submitter"].post("/v1/jobs", json={"mode": "metrics", "model_name": "alpha", "logs": [ref],
                                               "policy": {"name": "strict", "version": "1"}})
