@@ -8,18 +8,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
+from clgate.service.auth import has_role, verify
+from clgate.service.dispatch import Dispatcher
+from clgate.service.errors import ApiError
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import ColumnElement, Select, exists, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from clgate.service.auth import has_role, verify
-from clgate.service.dispatch import Dispatcher
-from clgate.service.errors import ApiError
-from clgate.store.settings import Settings
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.models import ApiKey, Artifact, Job, JobFile, Model, ProjectArtifact, Role
+from clgate.store.settings import Settings
 
 T = TypeVar("T")
 
@@ -120,7 +120,7 @@ class Scope:
     def get(self, session: Session, cls: type[T], ident: Any, what: str) -> T:
         """The record ``ident`` of ``cls`` if this key may see it; 404 naming ``what`` otherwise."""
         record = session.get(cls, ident)
-        if record is None or not (self.everywhere or getattr(record, "project") == self.key.project):
+        if record is None or not (self.everywhere or record.project == self.key.project):
             raise ApiError(404, f"no {what}")
         return record
 

@@ -37,16 +37,35 @@ from clgate.store.models import AuditEvent, ChainHead, Decision, Job, Waiver, as
 
 GENESIS = "0" * 64
 
-# chain name → (record class, content columns, timestamp column, order-by for display)
+# chain name → (record class, content columns, timestamp column)
 CHAINS: dict[str, tuple[type, tuple[str, ...], str]] = {
     "decisions": (
         Decision,
-        ("id", "job_id", "policy_id", "model_name", "verdict", "headline", "document", "created_at", "project"),
+        (
+            "id",
+            "job_id",
+            "policy_id",
+            "model_name",
+            "verdict",
+            "headline",
+            "document",
+            "created_at",
+            "project",
+        ),
         "created_at",
     ),
     "waivers": (
         Waiver,
-        ("id", "decision_id", "job_id", "justification", "approver", "created_at", "expires_at", "project"),
+        (
+            "id",
+            "decision_id",
+            "job_id",
+            "justification",
+            "approver",
+            "created_at",
+            "expires_at",
+            "project",
+        ),
         "created_at",
     ),
     "audit_events": (
@@ -64,7 +83,9 @@ def canonical(value: Any) -> str:
     >>> canonical({"b": 1, "a": [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]})
     '{"a":["2026-01-01T00:00:00.000000+00:00"],"b":1}'
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
+    )
 
 
 def _default(value: Any) -> Any:
@@ -111,7 +132,9 @@ def _lock_head(session: Session, chain: str) -> tuple[int, str, dt.datetime | No
     conn = session.connection()
     # a write first: SQLite takes its write lock, PostgreSQL locks the head's row, until commit
     conn.execute(update(ChainHead).where(ChainHead.chain == chain).values(seq=ChainHead.seq))
-    row = conn.execute(select(ChainHead.seq, ChainHead.record_hash, ChainHead.at).where(ChainHead.chain == chain)).first()
+    row = conn.execute(
+        select(ChainHead.seq, ChainHead.record_hash, ChainHead.at).where(ChainHead.chain == chain)
+    ).first()
     if row is None:
         raise RuntimeError(f"the chain head of {chain} is missing: run `clgate db upgrade`")
     return int(row.seq), row.record_hash, utc(row.at) if row.at is not None else None
@@ -131,29 +154,36 @@ def _chain_new_records(session: Session, flush_context, instances) -> None:
     if not pending:
         return
     pending.sort(key=lambda obj: inspect(obj).insert_order)
-    for chain in CHAINS:
+    for chain, (_, columns, time_column) in CHAINS.items():
         records = [obj for obj in pending if _CHAIN_OF[type(obj)] == chain]
         if not records:
             continue
-        _, columns, time_column = CHAINS[chain]
         seq, prev, last_at = _lock_head(session, chain)
         for obj in records:
             _fill_defaults(session, obj)
             at = getattr(obj, time_column)
             if at is None:
-                at = max(utcnow(), last_at) if last_at else utcnow()  # monotone across skewed clocks
+                at = (
+                    max(utcnow(), last_at) if last_at else utcnow()
+                )  # monotone across skewed clocks
             elif last_at is not None and utc(at) < last_at:
-                raise BackdatedRecord(f"{chain}: a record dated {utc(at).isoformat()} would precede the chain's "
-                                      f"last record ({last_at.isoformat()})")
+                raise BackdatedRecord(
+                    f"{chain}: a record dated {utc(at).isoformat()} would precede the chain's "
+                    f"last record ({last_at.isoformat()})"
+                )
             setattr(obj, time_column, at)
             for c in columns:
                 setattr(obj, c, _normalised(getattr(obj, c)))
             seq += 1
             obj.seq, obj.prev_hash = seq, prev
-            obj.record_hash = prev = link_hash(chain, seq, obj.prev_hash, {c: getattr(obj, c) for c in columns})
+            obj.record_hash = prev = link_hash(
+                chain, seq, obj.prev_hash, {c: getattr(obj, c) for c in columns}
+            )
             last_at = utc(getattr(obj, time_column))
         session.connection().execute(
-            update(ChainHead).where(ChainHead.chain == chain).values(seq=seq, record_hash=prev, at=last_at)
+            update(ChainHead)
+            .where(ChainHead.chain == chain)
+            .values(seq=seq, record_hash=prev, at=last_at)
         )
 
 
@@ -203,12 +233,14 @@ class ChainReport:
 
 def _rows(session: Session, chain: str) -> Iterator[Any]:
     cls, _, _ = CHAINS[chain]
-    yield from session.execute(select(cls).order_by(cls.seq).execution_options(yield_per=500)).scalars()
+    yield from session.execute(
+        select(cls).order_by(cls.seq).execution_options(yield_per=500)
+    ).scalars()
 
 
 def verify_chain(session: Session, chain: str) -> ChainReport:
     """Walk one chain in ``seq`` order: positions, links, hashes, time order, and its head."""
-    cls, columns, time_column = CHAINS[chain]
+    _, columns, time_column = CHAINS[chain]
     expected_seq, prev, last_at, n = 1, GENESIS, None, 0
     broken: Break | None = None
     for obj in _rows(session, chain):
@@ -217,14 +249,23 @@ def verify_chain(session: Session, chain: str) -> ChainReport:
         content = {c: _normalised(getattr(obj, c)) for c in columns}
         at = content[time_column]
         if obj.seq != expected_seq:
-            broken = Break(chain, expected_seq, None, f"missing (the next record is seq {obj.seq}): deleted?")
+            broken = Break(
+                chain, expected_seq, None, f"missing (the next record is seq {obj.seq}): deleted?"
+            )
         elif obj.prev_hash != prev:
-            broken = Break(chain, obj.seq, key, "does not link to the record before it (inserted or replaced?)")
+            broken = Break(
+                chain, obj.seq, key, "does not link to the record before it (inserted or replaced?)"
+            )
         elif link_hash(chain, obj.seq, obj.prev_hash, content) != obj.record_hash:
             broken = Break(chain, obj.seq, key, "content does not match its hash (edited?)")
         elif last_at is not None and at is not None and at < last_at:
-            broken = Break(chain, obj.seq, key, f"dated {at.isoformat()}, before the record preceding it "
-                                                f"({last_at.isoformat()}): backdated?")
+            broken = Break(
+                chain,
+                obj.seq,
+                key,
+                f"dated {at.isoformat()}, before the record preceding it "
+                f"({last_at.isoformat()}): backdated?",
+            )
         if broken is not None:
             break
         expected_seq, prev, last_at = obj.seq + 1, obj.record_hash, at
@@ -233,9 +274,16 @@ def verify_chain(session: Session, chain: str) -> ChainReport:
         if head is None:
             broken = Break(chain, None, None, "the chain head is missing")
         elif head.seq != expected_seq - 1 or head.record_hash != prev:
-            broken = Break(chain, None, None, f"the chain ends at seq {expected_seq - 1} but its head is seq "
-                                              f"{head.seq}: records after seq {expected_seq - 1} deleted?")
-    return ChainReport(chain, n, head.seq if head else 0, head.record_hash if head else GENESIS, broken)
+            broken = Break(
+                chain,
+                None,
+                None,
+                f"the chain ends at seq {expected_seq - 1} but its head is seq "
+                f"{head.seq}: records after seq {expected_seq - 1} deleted?",
+            )
+    return ChainReport(
+        chain, n, head.seq if head else 0, head.record_hash if head else GENESIS, broken
+    )
 
 
 def verify(session: Session) -> list[ChainReport]:

@@ -17,8 +17,13 @@ HOSTILE = [SCRIPT, IMG, FORMULA, "+cmd|' /C calc'!A0", "**bold** [link](http://e
 
 
 def _clgate(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clgate", *map(str, args)], capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "clgate", *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
 
 
 class _Tags(HTMLParser):
@@ -43,19 +48,29 @@ class _Tags(HTMLParser):
 def test_hostile_class_names_are_inert_in_every_report(tmp_path, forgetful_log, build_log):
     log = forgetful_log(seed=1)
     hostile = build_log(
-        [(task, end, [pt.correct[i] / pt.total[i] if pt.total[i] else None for i in range(6)])
-         for task, end, pt in ((p.task, p.task_end, p) for p in log.points)],
+        [
+            (task, end, [pt.correct[i] / pt.total[i] if pt.total[i] else None for i in range(6)])
+            for task, end, pt in ((p.task, p.task_end, p) for p in log.points)
+        ],
         names=HOSTILE,
     )
     log_path = tmp_path / "log.json"
     hostile.dump(log_path)
     policy = tmp_path / "policy.yaml"
-    policy.write_text(json.dumps({
-        "name": "inject", "version": "1",
-        "rules": [{"metric": "mica", "floor": 0.9}, {"classes": [SCRIPT, IMG], "at": "final", "floor": 0.95},
-                  {"fmeca": "rpn", "limit": 10}],
-        "fmeca": {"default_severity": 6, "severity": {SCRIPT: 9}, "default_detection": 4},
-    }))
+    policy.write_text(
+        json.dumps(
+            {
+                "name": "inject",
+                "version": "1",
+                "rules": [
+                    {"metric": "mica", "floor": 0.9},
+                    {"classes": [SCRIPT, IMG], "at": "final", "floor": 0.95},
+                    {"fmeca": "rpn", "limit": 10},
+                ],
+                "fmeca": {"default_severity": 6, "severity": {SCRIPT: 9}, "default_detection": 4},
+            }
+        )
+    )
     out = tmp_path / "out"
     res = _clgate("gate", "--log", log_path, "--policy", policy, "--out", out)
     assert res.returncode == 1, res.stdout + res.stderr  # FAIL, reports written
@@ -68,7 +83,9 @@ def test_hostile_class_names_are_inert_in_every_report(tmp_path, forgetful_log, 
     page = (out / "report.html").read_text(encoding="utf-8")
     parser = _Tags()
     parser.feed(page)
-    assert not any("onerror" in attrs for _, attrs in parser.tags), "an onerror attribute reached the HTML"
+    assert not any("onerror" in attrs for _, attrs in parser.tags), (
+        "an onerror attribute reached the HTML"
+    )
     assert not any(tag == "img" and attrs.get("src") == "x" for tag, attrs in parser.tags)
     assert not any("alert(" in text for text in parser.script_text), "a class name runs as a script"
     assert "&lt;script&gt;" in page or "&lt;script>" in page

@@ -240,7 +240,7 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
     env = {**os.environ, "PATH": f"{Path(psql).parent}:{os.environ['PATH']}", "PGHOST": url.hostname,
            "PGPORT": str(url.port), "POSTGRES_USER": url.username, "POSTGRES_DB": url.path.lstrip("/"),
            "PG_OWNER_PASSWORD": "owner-pw", "PG_APP_PASSWORD": "app-pw"}
-    r = subprocess.run(["sh", str(DEPLOY / "postgres" / "init-roles.sh")], env=env, capture_output=True, text=True,
+    r = subprocess.run(["sh", str(DEPLOY / "postgres" / "init-roles.sh")], check=False, env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     owner_url = postgres_url.replace("//clgate@", "//clgate_owner:owner-pw@")
@@ -248,7 +248,7 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
     cli_env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
     cli_env.update(CLGATE_DATA_DIR=str(tmp_path), CLGATE_DATABASE_URL=owner_url)
     for argv in (["db", "upgrade"], ["db", "grant", "clgate_app"]):
-        r = subprocess.run([sys.executable, "-m", "clgate", *argv], env=cli_env, capture_output=True, text=True,
+        r = subprocess.run([sys.executable, "-m", "clgate", *argv], check=False, env=cli_env, capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
     engine = create_engine(app_url)

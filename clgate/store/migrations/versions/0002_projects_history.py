@@ -28,7 +28,9 @@ def upgrade() -> None:
     _drop_triggers(("decisions", "audit_events"))
     for table in OWNED:
         with op.batch_alter_table(table) as batch:
-            batch.add_column(sa.Column("project", sa.String(64), nullable=False, server_default=DEFAULT))
+            batch.add_column(
+                sa.Column("project", sa.String(64), nullable=False, server_default=DEFAULT)
+            )
     with op.batch_alter_table("audit_events") as batch:
         batch.add_column(sa.Column("project", sa.String(64), nullable=True))
         batch.create_index("ix_audit_events_project", ["project"])
@@ -36,7 +38,9 @@ def upgrade() -> None:
         batch.create_index("ix_jobs_project_created", ["project", "created_at"])
     with op.batch_alter_table("policies") as batch:
         batch.drop_constraint("uq_policy_name_version", type_="unique")
-        batch.create_unique_constraint("uq_policy_project_name_version", ["project", "name", "version"])
+        batch.create_unique_constraint(
+            "uq_policy_project_name_version", ["project", "name", "version"]
+        )
     op.create_table(
         "project_artifacts",
         sa.Column("project", sa.String(64), nullable=False),
@@ -68,11 +72,21 @@ def upgrade() -> None:
             batch.add_column(sa.Column("record_hash", sa.String(64), nullable=True))
 
     bind = op.get_bind()
-    bind.execute(sa.text(f"INSERT INTO project_artifacts (project, sha256, created_at) "
-                         f"SELECT '{DEFAULT}', sha256, created_at FROM artifacts"))
-    bind.execute(sa.text(f"INSERT INTO models (name, project, created_at) "
-                         f"SELECT model_name, '{DEFAULT}', MIN(created_at) FROM jobs GROUP BY model_name"))
-    bind.execute(sa.text("UPDATE audit_events SET project = :p WHERE subject_type = 'job'"), {"p": DEFAULT})
+    bind.execute(
+        sa.text(
+            f"INSERT INTO project_artifacts (project, sha256, created_at) "
+            f"SELECT '{DEFAULT}', sha256, created_at FROM artifacts"
+        )
+    )
+    bind.execute(
+        sa.text(
+            f"INSERT INTO models (name, project, created_at) "
+            f"SELECT model_name, '{DEFAULT}', MIN(created_at) FROM jobs GROUP BY model_name"
+        )
+    )
+    bind.execute(
+        sa.text("UPDATE audit_events SET project = :p WHERE subject_type = 'job'"), {"p": DEFAULT}
+    )
     for table in CHAINED:
         _chain_existing(bind, table)
 
@@ -92,21 +106,38 @@ def _chain_existing(bind, table: str) -> None:
     from clgate.store import chain
 
     cls, columns, time_column = chain.CHAINS[table]
-    t = sa.table(table, *(sa.column(c) for c in ("id", *columns, "seq", "prev_hash", "record_hash")))
+    t = sa.table(
+        table, *(sa.column(c) for c in ("id", *columns, "seq", "prev_hash", "record_hash"))
+    )
     # read the JSON columns as JSON through the ORM classes' column types
     with Session(bind=bind) as session:
         rows = session.execute(
-            sa.select(*(getattr(cls, c) for c in ("id", *columns))).order_by(getattr(cls, time_column), cls.id)
+            sa.select(*(getattr(cls, c) for c in ("id", *columns))).order_by(
+                getattr(cls, time_column), cls.id
+            )
         ).all()
     seq, prev, last_at = 0, chain.GENESIS, None
     for row in rows:
         values = {c: chain._normalised(getattr(row, c)) for c in columns}
         seq += 1
         record_hash = chain.link_hash(table, seq, prev, values)
-        bind.execute(sa.update(t).where(t.c.id == row.id).values(seq=seq, prev_hash=prev, record_hash=record_hash))
+        bind.execute(
+            sa.update(t)
+            .where(t.c.id == row.id)
+            .values(seq=seq, prev_hash=prev, record_hash=record_hash)
+        )
         prev, last_at = record_hash, values[time_column]
-    bind.execute(sa.insert(sa.table("chain_heads", sa.column("chain"), sa.column("seq"), sa.column("record_hash"),
-                                    sa.column("at"))).values(chain=table, seq=seq, record_hash=prev, at=last_at))
+    bind.execute(
+        sa.insert(
+            sa.table(
+                "chain_heads",
+                sa.column("chain"),
+                sa.column("seq"),
+                sa.column("record_hash"),
+                sa.column("at"),
+            )
+        ).values(chain=table, seq=seq, record_hash=prev, at=last_at)
+    )
 
 
 def downgrade() -> None:
