@@ -206,7 +206,15 @@ def audit_verify(
                        err=True)
             raise typer.Exit(2)
         anchors.append((parts[0], int(parts[1]), parts[2]))
+    from clgate.store.db import current_revision, head_revision
+
     store = open_store(_settings(data_dir))
+    revision, head = current_revision(store.engine), head_revision()
+    if revision != head:
+        store.close()
+        typer.echo(f"error: the database is at revision {revision or '(none)'}, not {head}: run `clgate db upgrade` "
+                   "(or point CLGATE_DATA_DIR / CLGATE_DATABASE_URL at the service's store)", err=True)
+        raise typer.Exit(2)
     broken = False
     try:
         with store.sessions() as s:

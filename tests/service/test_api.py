@@ -321,3 +321,19 @@ def test_job_list_pagination_and_filters(api):
     assert api.get("/v1/jobs", params={"model_name": "m1"}, headers=view).json()["count"] == 2
     assert api.get("/v1/jobs", params={"state": "queued"}, headers=view).json()["count"] == 2
     assert api.get("/v1/jobs", params={"mode": "metrics", "state": "succeeded"}, headers=view).json()["count"] == 1
+
+
+def test_keys_belong_to_a_project(api):
+    admin = api.as_role("admin")
+    assert api.get("/v1/whoami", headers=api.as_role("viewer")).json()["project"] == "default"
+    r = api.post("/v1/keys", json={"name": "b", "role": "viewer", "project": "Team B"}, headers=admin)
+    assert r.status_code == 422 and "project" in r.json()["reason"]
+    r = api.post("/v1/keys", json={"name": "b", "role": "viewer", "project": "team-b"}, headers=admin)
+    assert r.status_code == 201 and r.json()["project"] == "team-b"
+    listed = {k["name"]: k["project"] for k in api.get("/v1/keys", headers=admin).json()["data"]}
+    assert listed["b"] == "team-b" and listed["t-viewer"] == "default"
+    b = {"X-API-Key": r.json()["key"]}
+    assert api.get("/v1/whoami", headers=b).json()["project"] == "team-b"
+    trail = api.get("/v1/audit", headers=b).json()["data"]
+    assert [e["action"] for e in trail] == ["key.created"] and trail[0]["project"] == "team-b"  # its own only
+    assert api.get("/v1/audit", headers=admin).json()["count"] >= 4  # the admin reads every project's

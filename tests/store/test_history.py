@@ -376,3 +376,8 @@ def test_old_data_gets_the_default_project_and_a_chain(tmp_path):
     engine.dispose()
     assert _verify(settings).returncode == 0
     assert Path(tmp_path / "old.db").is_file()
+
+
+def test_verify_refuses_a_store_that_is_not_migrated(tmp_path):
+    result = _verify(Settings(data_dir=tmp_path / "empty"))
+    assert result.returncode == 2 and "clgate db upgrade" in result.stderr
