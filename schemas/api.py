@@ -205,6 +205,7 @@ class WaiverPublic(BaseModel):
     approver: str
     created_at: dt.datetime
     expires_at: dt.datetime | None
+    record_hash: str | None = Field(None, description="The waiver's link in its hash chain (`clgate audit verify`).")
 
 
 class DecisionPublic(BaseModel):
@@ -216,6 +217,7 @@ class DecisionPublic(BaseModel):
     headline: dict[str, Any]
     document: dict[str, Any] = Field(description="The gate decision as the gate wrote it (decision.json).")
     created_at: dt.datetime
+    record_hash: str | None = Field(None, description="The decision's link in its hash chain (`clgate audit verify`).")
     waivers: list[WaiverPublic] = Field(default_factory=list)
 
 

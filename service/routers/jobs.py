@@ -241,7 +241,8 @@ def _decision(session: Session, where: Scope, job_id: str) -> Decision:
 
 def _waiver_public(w: Waiver) -> WaiverPublic:
     return WaiverPublic(id=w.id, job_id=w.job_id, decision_id=w.decision_id, justification=w.justification,
-                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at))
+                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at),
+                        record_hash=w.record_hash)
 
 
 @router.get("/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers")
@@ -250,6 +251,7 @@ def get_decision(job_id: str, session: SessionDep, key: Viewer):
     waivers = session.scalars(select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)).all()
     return DecisionPublic(id=d.id, job_id=d.job_id, policy_id=d.policy_id, model_name=d.model_name, verdict=d.verdict,
                           headline=d.headline, document=d.document, created_at=as_utc(d.created_at),
+                          record_hash=d.record_hash,
                           waivers=[_waiver_public(w) for w in waivers])
 
 

@@ -180,6 +180,8 @@ def test_separation_of_duties_and_waiver_expiry(teams):
     )
     assert r.status_code == 201, r.text
     assert a["viewer"].get(f"/v1/jobs/{own['id']}").json()["waived"] is True
+    decision = a["viewer"].get(f"/v1/jobs/{own['id']}/decision").json()
+    assert len(decision["record_hash"]) == 64 and len(decision["waivers"][0]["record_hash"]) == 64
     time.sleep(max(0.0, (soon - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
     assert (
         a["viewer"].get(f"/v1/jobs/{own['id']}").json()["waived"] is False
