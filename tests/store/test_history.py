@@ -381,3 +381,33 @@ def test_old_data_gets_the_default_project_and_a_chain(tmp_path):
 def test_verify_refuses_a_store_that_is_not_migrated(tmp_path):
     result = _verify(Settings(data_dir=tmp_path / "empty"))
     assert result.returncode == 2 and "clgate db upgrade" in result.stderr
+
+
+def _concurrent_appends(settings: Settings, threads: int = 4, each: int = 15) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clgate.store.chain import verify
+
+    store = open_store(settings, migrate=True)
+
+    def append(worker: int) -> None:
+        for i in range(each):
+            with session_scope(store.sessions) as s:
+                audit(s, f"worker-{worker}", "thing.done", "thing", f"{worker}-{i}")
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(append, range(threads)))
+    with store.sessions() as s:
+        reports = {r.chain: r for r in verify(s)}
+    store.close()
+    assert reports["audit_events"].broken is None, reports["audit_events"].broken
+    assert reports["audit_events"].records == threads * each == reports["audit_events"].head_seq
+
+
+def test_concurrent_appends_keep_one_chain_on_sqlite(tmp_path):
+    _concurrent_appends(Settings(data_dir=tmp_path / "data"))
+
+
+@pytest.mark.integration
+def test_concurrent_appends_keep_one_chain_on_postgresql(tmp_path, postgres_url):
+    _concurrent_appends(Settings(data_dir=tmp_path / "data", database_url=postgres_url))
