@@ -124,8 +124,15 @@ class Scope:
             raise ApiError(404, f"no {what}")
         return record
 
-    def job(self, session: Session, job_id: str) -> Job:
-        return self.get(session, Job, job_id, f"job {job_id}")
+    def job(self, session: Session, job_id: str, *, act: str | None = None) -> Job:
+        """The job ``job_id`` if this key may see it (404 otherwise); with ``act`` (what the key is about to
+        do to it) it must also be of the key's own project: an admin reads across projects but acts
+        within its own (403)."""
+        job = self.get(session, Job, job_id, f"job {job_id}")
+        if act is not None and job.project != self.key.project:
+            raise ApiError(403, f"job {job_id} belongs to project {job.project!r}; {act} it with a key of that "
+                                "project")
+        return job
 
     def artifact_visible(self) -> ColumnElement[bool]:
         """A condition on :class:`Artifact` rows: uploaded by this key's project or a result file of one of

@@ -47,9 +47,7 @@ def _baseline_public(b: Baseline) -> BaselinePublic:
 @baselines.put("/{model_name}", response_model=BaselinePublic, summary="Mark a succeeded job as the model's baseline")
 def set_baseline(model_name: ModelName, body: BaselineSet, session: SessionDep, key: Approver):
     where = scope(key)
-    job = where.job(session, body.job_id)
-    if job.project != where.project:
-        raise ApiError(403, f"job {job.id} belongs to project {job.project!r}; set its baseline with a key of it")
+    job = where.job(session, body.job_id, act="make a baseline of")
     where.model(session, model_name)
     if job.state != JobState.succeeded.value:
         raise ApiError(409, f"job {job.id} is {job.state}; a baseline must be a succeeded job")

@@ -94,8 +94,8 @@ def _baseline(session: Session, where: Scope, choice: str, model_name: str) -> s
     if choice == "model":
         b = session.get(Baseline, model_name)
         return b.job_id if b else None
-    job = session.get(Job, choice)
-    if job is None or job.state != JobState.succeeded.value or job.project != where.project:
+    job = session.scalar(select(Job).where(Job.id == choice, Job.project == where.project))
+    if job is None or job.state != JobState.succeeded.value:
         raise ApiError(422, f"baseline: job {choice} does not exist in this project or has not succeeded")
     return job.id
 
@@ -259,9 +259,7 @@ def get_decision(job_id: str, session: SessionDep, key: Viewer):
              summary="Gate a finished job's logs under another policy version, without retraining")
 def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter):
     where = scope(key)
-    source = where.job(session, job_id)
-    if source.project != where.project:
-        raise ApiError(403, f"job {job_id} belongs to project {source.project!r}; re-gate it with a key of that project")
+    source = where.job(session, job_id, act="re-gate")
     if source.state != JobState.succeeded.value:
         raise ApiError(409, f"job {job_id} is {source.state}; only a succeeded job can be gated again")
     if source.mode == "regate" and source.source_job_id:
@@ -289,10 +287,8 @@ def submitted_by_key(job: Job, key) -> bool:
              summary="Record a justified waiver of a FAIL (the decision itself is never edited)")
 def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: Approver):
     where = scope(key)
+    job = where.job(session, job_id, act="waive")
     d = _decision(session, where, job_id)
-    job = session.get(Job, job_id)
-    if job.project != where.project:
-        raise ApiError(403, f"job {job_id} belongs to project {job.project!r}; only its own approvers waive it")
     source = session.get(Job, job.source_job_id) if job.source_job_id else None
     if submitted_by_key(job, key) or (source is not None and submitted_by_key(source, key)):
         raise ApiError(403, "separation of duties: an approver cannot waive a job they submitted (or re-gated)")

@@ -141,6 +141,10 @@ def test_no_posting_under_another_projects_model_name(teams):
     assert done["state"] == "succeeded"
     assert b["viewer"].get(f"/v1/jobs/{mine['id']}").json()["project"] == "team-b"
     assert teams["a"]["viewer"].get(f"/v1/jobs/{mine['id']}").status_code == 404
+    # the admin reads across projects but acts within its own
+    assert teams["a"]["admin"].get(f"/v1/jobs/{mine['id']}").status_code == 200
+    r = teams["a"]["admin"].post(f"/v1/jobs/{mine['id']}/regate", json={"policy": {"name": "strict", "version": "1"}})
+    assert r.status_code == 403 and "team-b" in r.json()["reason"], r.text
     metrics = teams["a"]["admin"].get("/metrics").text
     assert 'clgate_model_verdict{model="alpha",project="default",verdict="FAIL"} 1.0' in metrics
     assert 'clgate_model_verdict{model="beta",project="team-b",verdict="FAIL"} 1.0' in metrics
