@@ -39,6 +39,14 @@ ModelName = Annotated[
         description="Letters, digits, '.', '_', '-' (a Prometheus label value: keep the set of names small).",
     ),
 ]
+Project = Annotated[
+    str,
+    Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="A team's project: lower-case letters, digits and '-'. Keys see only their project's records "
+        "(admin keys: every project's).",
+    ),
+]
 ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 hex digits>")]
 
 GPU_MODES = frozenset(ENGINE_MODES)  # the modes queued on ``gpu`` (see clgate.schemas.vocab.queue_for)
@@ -146,7 +154,8 @@ class JobPublic(BaseModel):
     finished_at: dt.datetime | None
     duration_s: float | None
     verdict: Verdict | None = None
-    waived: bool = False
+    waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
+    project: str = "default"
 
 
 class JobsPublic(BaseModel):
@@ -188,6 +197,7 @@ class WaiverPublic(BaseModel):
     approver: str
     created_at: dt.datetime
     expires_at: dt.datetime | None
+    record_hash: str | None = Field(None, description="The waiver's link in its hash chain (`clgate audit verify`).")
 
 
 class DecisionPublic(BaseModel):
@@ -199,6 +209,7 @@ class DecisionPublic(BaseModel):
     headline: dict[str, Any]
     document: dict[str, Any] = Field(description="The gate decision as the gate wrote it (decision.json).")
     created_at: dt.datetime
+    record_hash: str | None = Field(None, description="The decision's link in its hash chain (`clgate audit verify`).")
     waivers: list[WaiverPublic] = Field(default_factory=list)
 
 
@@ -243,6 +254,9 @@ class AuditEventPublic(BaseModel):
     subject_type: str
     subject_id: str
     details: dict[str, Any]
+    project: str | None = None
+    seq: int | None = Field(None, description="Position in the audit hash chain (`clgate audit verify`).")
+    record_hash: str | None = Field(None, description="SHA-256 of the event's content and its predecessor's hash.")
 
 
 class AuditEventsPublic(BaseModel):
@@ -255,12 +269,14 @@ class KeyCreate(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     role: Role
+    project: Project = "default"
 
 
 class KeyCreated(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
     key: str = Field(description="The secret key, shown once; only its hash is stored.")
 
 
@@ -268,6 +284,7 @@ class KeyPublic(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
     created_at: dt.datetime
     revoked_at: dt.datetime | None
 
@@ -281,6 +298,7 @@ class WhoAmI(BaseModel):
     id: str
     name: str
     role: Role
+    project: str
 
 
 class Health(BaseModel):

@@ -5,10 +5,14 @@ Verdict precedence: ERROR (a rule could not be evaluated, or the inputs were inv
 the verdict FAIL (unless the inputs are invalid: ERROR); a partial input never passes a rule that needs
 what is missing (see docs/gate.md, "What the gate refuses to judge, and why"). A decision is deterministic: the
 same logs, policy and baseline give the same decision (``provenance`` is whatever the caller passed).
+The ``decision.json`` file written beside the reports also carries ``sha256``, the hash of the rest of
+the document (:func:`decision_sha256`), so an edited file shows.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -128,3 +132,18 @@ class Decision(BaseModel):
     def exit_code(self) -> int:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (the CLI adds --fail-on-warn)."""
         return exit_code(self.verdict)
+
+
+def decision_sha256(document: dict[str, Any]) -> str:
+    """SHA-256 of a decision document's canonical JSON (sorted keys, no spaces, UTF-8), leaving out the
+    ``sha256`` member that ``decision.json`` carries: recompute it to check the file was not edited.
+
+    >>> doc = {"verdict": "PASS", "rules": []}
+    >>> decision_sha256(doc) == decision_sha256({**doc, "sha256": "anything"})
+    True
+    >>> decision_sha256(doc) == decision_sha256({**doc, "verdict": "FAIL"})
+    False
+    """
+    body = {k: v for k, v in document.items() if k != "sha256"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

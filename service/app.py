@@ -1,4 +1,8 @@
-"""The clgate API: ``create_app()`` builds the FastAPI application (OpenAPI at ``/openapi.json``, docs at ``/docs``).
+"""The clgate API: ``create_app()`` builds the FastAPI application.
+
+Only ``/healthz`` and ``/readyz`` answer without a key. The OpenAPI document at ``/openapi.json`` needs a
+viewer key, and the interactive pages ``/docs`` and ``/redoc`` are served only with
+``CLGATE_PUBLIC_DOCS=true`` (which also opens ``/openapi.json``).
 
 ``uvicorn --factory clgate.service.app:create_app`` or ``clgate serve``. Settings are read and validated here
 (start-up fails with the variable's name when one is wrong); with no ``CLGATE_BROKER_URL`` the jobs
@@ -73,11 +77,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.dispatcher.close()
             engine.dispose()
 
+    public = settings.public_docs
     app = FastAPI(
         title="clgate",
         version=__version__,
         summary="Validation service for class-incremental classifiers: jobs, gate decisions, audit trail.",
         lifespan=lifespan,
+        openapi_url="/openapi.json" if public else None,
+        docs_url="/docs" if public else None,
+        redoc_url="/redoc" if public else None,
     )
     app.state.settings = settings
     errors.install(app)
@@ -115,6 +123,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             checks["sandbox"] = "bwrap" if sandbox.confined else f"UNCONFINED: {sandbox.detail}"
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
+
+    if not public:
+        @app.get("/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)")
+        def openapi_document(_: Viewer) -> JSONResponse:
+            return JSONResponse(app.openapi())
 
     @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)")
     def metrics(request: Request, _: Viewer) -> Response:

@@ -22,7 +22,7 @@ import secrets
 from sqlalchemy.orm import Session
 
 from clgate.store.db import audit
-from clgate.store.models import ApiKey, Role
+from clgate.store.models import DEFAULT_PROJECT, PROJECT_PATTERN, ApiKey, Role
 
 KEY_RE = re.compile(r"^clg_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
 
@@ -56,10 +56,16 @@ def verify(session: Session, key: str) -> ApiKey | None:
     return record
 
 
-def create_key(session: Session, *, name: str, role: str, actor: str, key: str | None = None) -> tuple[ApiKey, str]:
-    """Store a new key (or the given well-formed ``key``) with ``role``; returns the record and the key."""
+def create_key(
+    session: Session, *, name: str, role: str, actor: str, key: str | None = None, project: str = DEFAULT_PROJECT,
+) -> tuple[ApiKey, str]:
+    """Store a new key (or the given well-formed ``key``) with ``role`` in ``project``; returns the record and
+    the key. An admin key acts across projects; any other key sees only its project's records."""
     if role not in Role.__members__:
         raise ValueError(f"role must be one of {', '.join(Role.__members__)} (got {role!r})")
+    if not re.fullmatch(PROJECT_PATTERN, project):
+        raise ValueError(f"a project is 1-63 lower-case letters, digits and '-', starting with a letter or digit "
+                         f"(got {project!r})")
     if key is None:
         key, key_id, digest = new_key()
     else:
@@ -67,9 +73,9 @@ def create_key(session: Session, *, name: str, role: str, actor: str, key: str |
         if parts is None:
             raise ValueError("a key must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)")
         key_id, digest = parts[0], _digest(parts[1])
-    record = ApiKey(id=key_id, name=name, role=role, secret_sha256=digest)
+    record = ApiKey(id=key_id, name=name, role=role, project=project, secret_sha256=digest)
     session.add(record)
-    audit(session, actor, "key.created", "api_key", key_id, name=name, role=role)
+    audit(session, actor, "key.created", "api_key", key_id, project=project, name=name, role=role)
     return record, key
 
 

@@ -14,7 +14,8 @@ The collectors are registered on registries built here (never the global one).
 
 Names follow Prometheus conventions: fractions end in ``_ratio``, durations in ``_seconds``, counters
 in ``_total``; labels are bounded (model names are validated, worst classes are the worst
-``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets).
+``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets). Model and decision series
+carry the ``project`` that owns the model, so that each team's dashboards and alerts see its own.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from clgate.store.models import Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
+from clgate.store.models import DEFAULT_PROJECT, Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
 
 log = logging.getLogger("clgate.metrics")
 
@@ -90,25 +91,27 @@ class StoreCollector(Collector):
             .group_by(Decision.model_name).subquery()
         )
         rows = s.execute(
-            select(Decision.model_name, Decision.verdict, Decision.headline, Decision.created_at)
+            select(Decision.model_name, Decision.verdict, Decision.headline, Decision.created_at, Decision.project)
             .join(latest, (latest.c.model_name == Decision.model_name) & (latest.c.at == Decision.created_at))
             .order_by(Decision.model_name)
         ).all()
         gauges = {
-            key: GaugeMetricFamily(name, text, labels=["model", "class_name"] if name == REGRESSION else ["model"])
+            key: GaugeMetricFamily(
+                name, text, labels=["project", "model", "class_name"] if name == REGRESSION else ["project", "model"]
+            )
             for key, name, text in HEADLINE
         }
         worst = GaugeMetricFamily(
             "clgate_model_worst_class_accuracy_ratio",
             f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); rank 1 is the worst.",
-            labels=["model", "rank", "class_name"],
+            labels=["project", "model", "rank", "class_name"],
         )
         verdict = GaugeMetricFamily("clgate_model_verdict", "1 for the verdict of the model's latest decision.",
-                                    labels=["model", "verdict"])
+                                    labels=["project", "model", "verdict"])
         stamp = GaugeMetricFamily("clgate_model_last_decision_timestamp_seconds",
-                                  "When the model's latest decision was made (Unix time).", labels=["model"])
+                                  "When the model's latest decision was made (Unix time).", labels=["project", "model"])
         seen = set()
-        for model, v, headline, at in rows:
+        for model, v, headline, at, project in rows:
             if model in seen:  # two decisions in the same instant: keep one
                 continue
             seen.add(model)
@@ -116,27 +119,30 @@ class StoreCollector(Collector):
             for key, _, _ in HEADLINE:
                 value = headline.get(key)
                 if isinstance(value, (int, float)):
-                    labels = [model]
+                    labels = [project, model]
                     if key == "class_regression":  # the class the alert names ("" if not recorded)
                         labels.append(str(headline.get("class_regression_class") or ""))
                     gauges[key].add_metric(labels, float(value))
             ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
             ranked.sort(key=lambda c: c["accuracy"])
             for rank, c in enumerate(ranked[: self.worst_classes], start=1):
-                worst.add_metric([model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"]))
+                worst.add_metric([project, model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"]))
             for name in VERDICTS:
-                verdict.add_metric([model, name], 1.0 if v == name else 0.0)
-            stamp.add_metric([model], as_utc(at).timestamp())
+                verdict.add_metric([project, model, name], 1.0 if v == name else 0.0)
+            stamp.add_metric([project, model], as_utc(at).timestamp())
         yield from gauges.values()
         yield worst
         yield verdict
         yield stamp
 
     def _decisions(self, s: Session) -> Iterator[Metric]:
-        counts = dict(s.execute(select(Decision.verdict, func.count()).group_by(Decision.verdict)).all())
-        total = CounterMetricFamily("clgate_decisions", "Gate decisions recorded, by verdict.", labels=["verdict"])
-        for v in VERDICTS:
-            total.add_metric([v], float(counts.get(v, 0)))
+        counts = {(p, v): n for p, v, n in s.execute(
+            select(Decision.project, Decision.verdict, func.count()).group_by(Decision.project, Decision.verdict))}
+        total = CounterMetricFamily("clgate_decisions", "Gate decisions recorded, by project and verdict.",
+                                    labels=["project", "verdict"])
+        for project in sorted({p for p, _ in counts} | {DEFAULT_PROJECT}):
+            for v in VERDICTS:
+                total.add_metric([project, v], float(counts.get((project, v), 0)))
         yield total
 
     def _jobs(self, s: Session) -> Iterator[Metric]:

@@ -1,5 +1,5 @@
-"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``,
-``clgate db upgrade``: the validation service.
+"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``, ``clgate db upgrade|grant``,
+``clgate audit verify``: the validation service.
 
 Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
 """
@@ -12,7 +12,9 @@ from pathlib import Path
 import typer
 
 keys_app = typer.Typer(help="API keys of the service (stored hashed; the key is printed once).", no_args_is_help=True)
-db_app = typer.Typer(help="The service's record store (Alembic migrations).", no_args_is_help=True)
+db_app = typer.Typer(help="The service's record store (Alembic migrations, database roles).", no_args_is_help=True)
+audit_app = typer.Typer(help="The tamper-evident history (hash chains of decisions, waivers, audit events).",
+                        no_args_is_help=True)
 
 
 def _settings(data_dir: Path | None = None, **overrides):
@@ -73,13 +75,16 @@ def serve(
         first = s.scalar(select(ApiKey.id).limit(1)) is None and not settings.bootstrap_admin_key
         if first:
             _, key = create_key(s, name="first-admin", role="admin", actor="system:serve")
-    if first:
+    if first:  # the key goes to its file only: service logs capture stdout and stderr
         key_file = settings.data_dir / "admin.key"
-        key_file.write_text(key + "\n", encoding="utf-8")
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(key + "\n")
         key_file.chmod(0o600)
-        typer.echo(f"created the first admin key (also in {key_file}, mode 600):\n  {key}", err=True)
+        typer.echo(f"created the first admin key: it is in {key_file} (mode 600), and nowhere else", err=True)
     mode = "embedded executor" if settings.embedded else f"Celery via {settings.broker_url.split('@')[-1]}"
-    typer.echo(f"clgate API on http://{host}:{port} (docs /docs) — jobs: {mode}; data: {settings.data_dir}", err=True)
+    docs = "docs /docs" if settings.public_docs else "OpenAPI /openapi.json with a key"
+    typer.echo(f"clgate API on http://{host}:{port} ({docs}) — jobs: {mode}; data: {settings.data_dir}", err=True)
     os.environ["CLGATE_DATA_DIR"] = str(settings.data_dir)
     os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above
     uvicorn.run("clgate.service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
@@ -160,18 +165,27 @@ def exporter(
 def keys_create(
     role: str = typer.Option(..., help="viewer, submitter, approver or admin."),
     name: str = typer.Option(..., help="Who or what uses the key (shown in the audit trail)."),
+    project: str = typer.Option("default", help="The project whose records the key sees and creates "
+                                "(an admin key acts across projects)."),
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Create an API key and print it (only its hash is stored)."""
+    import re
+
     from clgate.service.auth import create_key
     from clgate.store.db import session_scope
+    from clgate.store.models import PROJECT_PATTERN
 
     if role not in ("viewer", "submitter", "approver", "admin"):
         typer.echo(f"error: --role: {role!r} is not one of viewer, submitter, approver, admin", err=True)
         raise typer.Exit(2)
+    if not re.fullmatch(PROJECT_PATTERN, project):
+        typer.echo(f"error: --project: {project!r} is not 1-63 lower-case letters, digits and '-'", err=True)
+        raise typer.Exit(2)
     settings = _settings(data_dir)
     with session_scope(_sessions(settings)) as s:
-        _, key = create_key(s, name=name, role=role, actor=f"cli:{os.environ.get('USER', 'unknown')}")
+        _, key = create_key(s, name=name, role=role, project=project,
+                            actor=f"cli:{os.environ.get('USER', 'unknown')}")
     typer.echo(key)
 
 
@@ -186,6 +200,113 @@ def db_upgrade(data_dir: Path = typer.Option(None, "--data-dir", help="Data fold
     store.close()
 
 
+@db_app.command("grant")
+def db_grant(
+    app_role: str = typer.Argument(..., help="The PostgreSQL role the API and workers connect as."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
+) -> None:
+    """Grant the application role only what it needs (PostgreSQL; run as the role that owns the tables).
+
+    Append-only tables (decisions, waivers, audit events, job files, …) get SELECT and INSERT, the others
+    SELECT, INSERT, UPDATE and DELETE; never TRUNCATE, REFERENCES, TRIGGER nor ownership, so the
+    application cannot disable the append-only triggers.
+    """
+    from clgate.store import open_store
+    from clgate.store.db import grant_app_role
+
+    store = open_store(_settings(data_dir))
+    try:
+        grant_app_role(store.engine, app_role)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        store.close()
+    typer.echo(f"granted the application rights to {app_role}")
+
+
+@audit_app.command("verify")
+def audit_verify(
+    anchor: list[str] = typer.Option(
+        [], "--anchor", help="CHAIN:SEQ:HASH printed by an earlier run (kept outside the database): that link "
+        "must still be in the chain. Repeatable."),
+    decision: list[Path] = typer.Option(
+        [], "--decision", help="A decision.json written beside the reports: check its sha256 instead (no "
+        "database needed). Repeatable."),
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
+) -> None:
+    """Check the hash chains of decisions, waivers and audit events; name the first broken link.
+
+    Exit 0 when every chain is intact (each head is printed, as an anchor for a later run), 1 when one is
+    broken, 2 for bad options.
+    """
+    if decision:
+        raise typer.Exit(_verify_decision_files(decision))
+    from clgate.store import open_store
+    from clgate.store.chain import CHAINS, anchored, verify
+
+    anchors = []
+    for text in anchor:
+        parts = text.split(":")
+        if len(parts) != 3 or parts[0] not in CHAINS or not parts[1].isdigit() or len(parts[2]) != 64:
+            typer.echo(f"error: --anchor: {text!r} is not CHAIN:SEQ:HASH with CHAIN one of {', '.join(CHAINS)}",
+                       err=True)
+            raise typer.Exit(2)
+        anchors.append((parts[0], int(parts[1]), parts[2]))
+    from clgate.store.db import current_revision, head_revision
+
+    store = open_store(_settings(data_dir))
+    revision, head = current_revision(store.engine), head_revision()
+    if revision != head:
+        store.close()
+        typer.echo(f"error: the database is at revision {revision or '(none)'}, not {head}: run `clgate db upgrade` "
+                   "(or point CLGATE_DATA_DIR / CLGATE_DATABASE_URL at the service's store)", err=True)
+        raise typer.Exit(2)
+    broken = False
+    try:
+        with store.sessions() as s:
+            for report in verify(s):
+                if report.broken is not None:
+                    broken = True
+                    typer.echo(f"BROKEN {report.broken}")
+                else:
+                    typer.echo(f"ok {report.chain}: {report.records} records, head "
+                               f"{report.chain}:{report.head_seq}:{report.head_hash}")
+            for chain, seq, digest in anchors:
+                if not anchored(s, chain, seq, digest):
+                    broken = True
+                    typer.echo(f"BROKEN {chain}: seq {seq}: no longer has the anchored hash {digest[:12]}… "
+                               "(history rewritten?)")
+    finally:
+        store.close()
+    raise typer.Exit(1 if broken else 0)
+
+
+def _verify_decision_files(paths: list[Path]) -> int:
+    """0 when every file's ``sha256`` matches its content, 1 when one does not, 2 when one is unreadable."""
+    import json
+
+    from clgate.schemas.decision import decision_sha256
+
+    worst = 0
+    for path in paths:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            typer.echo(f"error: --decision: {path}: {exc}", err=True)
+            worst = 2
+            continue
+        if not isinstance(document, dict) or not isinstance(document.get("sha256"), str):
+            typer.echo(f"BROKEN {path}: carries no sha256 (not a decision.json written by clgate?)")
+            worst = max(worst, 1)
+        elif decision_sha256(document) != document["sha256"]:
+            typer.echo(f"BROKEN {path}: content does not match its sha256 (edited?)")
+            worst = max(worst, 1)
+        else:
+            typer.echo(f"ok {path}: sha256 {document['sha256']}")
+    return worst
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("serve")(serve)
@@ -193,3 +314,4 @@ def register(app: typer.Typer) -> None:
     app.command("exporter")(exporter)
     app.add_typer(keys_app, name="keys")
     app.add_typer(db_app, name="db")
+    app.add_typer(audit_app, name="audit")

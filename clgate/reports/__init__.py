@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clgate.fmt import fmt
-from clgate.schemas.decision import Decision, RuleResult
+from clgate.schemas.decision import Decision, RuleResult, decision_sha256
 from clgate.schemas.fmeca import FmecaWorksheet
 
 __all__ = [
@@ -78,19 +78,21 @@ def evidence_text(ev: dict[str, Any]) -> str:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#!|~])")
+_MD_ORDERED = re.compile(r"^(\d+)([.)])")
 
 
 def md_text(text: Any) -> str:
     """User text (class names, rule ids, messages) made inert in Markdown: one line, Markdown
-    punctuation backslash-escaped, ``&`` and ``<`` as entities (no raw HTML; links and tables cannot break).
+    punctuation backslash-escaped, ``&``, ``<`` and ``>`` as entities (no raw HTML; links and tables cannot break).
     The one escaping helper of the Markdown renderer; HTML relies on Jinja's autoescape.
 
     >>> print(md_text("a|b *c* <script>"))
-    a\\|b \\*c\\* &lt;script>
+    a\\|b \\*c\\* &lt;script&gt;
     """
     t = " ".join(str(text).splitlines())
-    t = t.replace("&", "&amp;").replace("<", "&lt;")
+    t = t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     t = _MD_SPECIAL.sub(r"\\\1", t)
+    t = _MD_ORDERED.sub(r"\1\\\2", t)  # "1. x" would start an ordered list
     return "\\" + t if t[:1] in ("-", "+", "=", ">") else t  # no list, quote or heading at a line's start
 
 
@@ -361,7 +363,8 @@ def render_input_error_junit(message: str) -> str:
 
 def render_input_error_markdown(message: str) -> str:
     """The Markdown summary for inputs that could not be judged."""
-    fence = "~~~~" if "```" in message else "```"  # the message cannot close its own code block
+    longest = max((len(run) for run in re.findall(r"`+", message)), default=0)
+    fence = "`" * max(3, longest + 1)  # a fence longer than any backtick run in the message: it cannot close early
     return f"## {_VERDICT_ICON['ERROR']} clgate gate: ERROR (invalid input)\n\n{fence}\n{message}\n{fence}\n"
 
 
@@ -568,6 +571,14 @@ def write_pdf(html_path: Path, pdf_path: Path | None = None, *, timeout_s: float
     return pdf_path
 
 
+def decision_file(decision: Decision) -> str:
+    """``decision.json``: the decision document plus ``sha256``, the hash of the rest of it
+    (:func:`clgate.schemas.decision.decision_sha256`; ``clgate audit verify --decision FILE`` checks it)."""
+    document = decision.model_dump(mode="json")
+    document["sha256"] = decision_sha256(document)
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
 def write_reports(
     decision: Decision,
     out_dir: Path,
@@ -594,7 +605,7 @@ def write_reports(
         "baseline": json.loads(baseline_metrics.model_dump_json()) if baseline_metrics is not None else None,
     }
     contents = {
-        "decision.json": decision.model_dump_json(indent=2) + "\n",
+        "decision.json": decision_file(decision),
         "metrics.json": json.dumps(metrics_doc, indent=2) + "\n",
         "fmeca.csv": fmeca_csv(decision.fmeca),
         "junit.xml": render_junit(decision, timestamp=when, time_s=elapsed_s),

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from clgate.store import chain as _chain  # noqa: F401 - registers the hook that chains appended records
 from clgate.store.models import AuditEvent
 
 STORE_DIR = Path(__file__).resolve().parent
@@ -103,8 +104,67 @@ def wait_for_schema(engine: Engine, timeout_s: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def audit(session: Session, actor: str, action: str, subject_type: str, subject_id: str, **details: Any) -> None:
-    """Append one audit event (committed with the change it records)."""
+def audit(
+    session: Session, actor: str, action: str, subject_type: str, subject_id: str, *, project: str | None = None,
+    **details: Any,
+) -> None:
+    """Append one audit event (committed with the change it records; hash-chained at flush).
+
+    ``project`` is the project of the subject; for a job it is looked up when not given.
+    """
     session.add(
-        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id), details=details)
+        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id),
+                   details=details, project=project)
     )
+
+
+# Rights of the application role on PostgreSQL (`clgate db grant`): what the API and the workers do.
+READ_APPEND = ("decisions", "waivers", "audit_events", "job_files", "project_artifacts", "models", "policies")
+READ_ONLY = ("alembic_version",)
+CHAIN_HEADS = ("chain_heads",)
+
+
+def app_role_grants(tables: list[str]) -> dict[str, str]:
+    """``{table: privileges}`` for the application role: append-only tables get SELECT and INSERT; the
+    chain heads SELECT and UPDATE; the schema version SELECT; every other table SELECT, INSERT, UPDATE,
+    DELETE. Never TRUNCATE, REFERENCES nor TRIGGER.
+
+    >>> app_role_grants(["audit_events", "jobs", "chain_heads"])["audit_events"]
+    'SELECT, INSERT'
+    >>> app_role_grants(["jobs"])["jobs"]
+    'SELECT, INSERT, UPDATE, DELETE'
+    """
+    out = {}
+    for table in tables:
+        if table in READ_APPEND:
+            out[table] = "SELECT, INSERT"
+        elif table in READ_ONLY:
+            out[table] = "SELECT"
+        elif table in CHAIN_HEADS:
+            out[table] = "SELECT, UPDATE"
+        else:
+            out[table] = "SELECT, INSERT, UPDATE, DELETE"
+    return out
+
+
+def grant_app_role(engine: Engine, role: str) -> None:
+    """Give ``role`` (an existing PostgreSQL role) exactly the application's rights on the schema's tables
+    and sequences, after revoking everything it had; run as the owner of the tables (the migration role)."""
+    import re
+
+    if engine.dialect.name != "postgresql":
+        raise ValueError("database roles are a PostgreSQL feature (SQLite has no users: protect the file)")
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", role):
+        raise ValueError(f"role name {role!r}: use lower-case letters, digits and '_'")
+    with engine.begin() as conn:
+        if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).scalar() is None:
+            raise ValueError(f"role {role!r} does not exist (create it first: CREATE ROLE {role} LOGIN PASSWORD …)")
+        owner = conn.execute(text("SELECT current_user")).scalar()
+        if owner == role:
+            raise ValueError(f"{role!r} is the role running the migrations: the application needs a role of its own")
+        tables = inspect(conn).get_table_names()
+        conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
+        for table, privileges in app_role_grants(tables).items():
+            conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
+            conn.execute(text(f'GRANT {privileges} ON TABLE "{table}" TO "{role}"'))
+        conn.execute(text(f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"'))

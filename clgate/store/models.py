@@ -1,8 +1,12 @@
 """SQLAlchemy 2 records: API keys, artifacts, policies, jobs, decisions, waivers, baselines, audit events.
 
-Tables are separate from the API's pydantic models (``clgate.schemas.api``). Decisions and audit events are
-never updated nor deleted: the ORM refuses it (:func:`_refuse_change`) and the migration adds database
-triggers that refuse it too.
+Tables are separate from the API's pydantic models (``clgate.schemas.api``). Decisions, waivers and audit
+events are never updated nor deleted: the ORM refuses it (:func:`_refuse_change`) and the migrations add
+database triggers that refuse it too; each of them is also hash-chained (:mod:`clgate.store.chain`).
+
+Every record that a team owns carries its ``project``: keys, artifacts (through :class:`ProjectArtifact`,
+since content is stored once), policies, jobs, models (by name), decisions, waivers, baselines and audit
+events. :data:`DEFAULT_PROJECT` holds what existed before projects and what single-team use creates.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from clgate.schemas.vocab import JobState
+
+
+DEFAULT_PROJECT = "default"
+PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
 
 def utcnow() -> dt.datetime:
@@ -58,6 +66,7 @@ class ApiKey(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)  # public key id, part of the key
     name: Mapped[str] = mapped_column(String(200))
     role: Mapped[str] = mapped_column(String(16))
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
     secret_sha256: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
@@ -74,11 +83,32 @@ class Artifact(Base):
     created_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
 
 
+class ProjectArtifact(Base):
+    """An artifact uploaded by (so visible to) a project: the content is stored once, shared by hash."""
+
+    __tablename__ = "project_artifacts"
+
+    project: Mapped[str] = mapped_column(String(64), primary_key=True)
+    sha256: Mapped[str] = mapped_column(ForeignKey("artifacts.sha256"), primary_key=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Model(Base):
+    """A model name and the project that owns it (the first to submit a job under it)."""
+
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Policy(Base):
     __tablename__ = "policies"
-    __table_args__ = (UniqueConstraint("name", "version", name="uq_policy_name_version"),)
+    __table_args__ = (UniqueConstraint("project", "name", "version", name="uq_policy_project_name_version"),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
     name: Mapped[str] = mapped_column(String(200))
     version: Mapped[str] = mapped_column(String(64))
     document: Mapped[dict[str, Any]] = mapped_column(JSON)
@@ -92,9 +122,11 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_model_created", "model_name", "created_at"),
+        Index("ix_jobs_project_created", "project", "created_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
     mode: Mapped[str] = mapped_column(String(16))  # retrain | evaluate | metrics | regate
     queue: Mapped[str] = mapped_column(String(16))  # gpu | cpu
     model_name: Mapped[str] = mapped_column(String(200))
@@ -139,6 +171,11 @@ class Decision(Base):
     headline: Mapped[dict[str, Any]] = mapped_column(JSON)
     document: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
+    # hash chain (clgate.store.chain): position, predecessor's hash, hash of (content, predecessor)
+    seq: Mapped[int] = mapped_column(BigInteger, index=True, unique=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
 
 
 class Waiver(Base):
@@ -151,6 +188,11 @@ class Waiver(Base):
     approver: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
+    # hash chain (clgate.store.chain): position, predecessor's hash, hash of (content, predecessor)
+    seq: Mapped[int] = mapped_column(BigInteger, index=True, unique=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
 
 
 class Baseline(Base):
@@ -160,6 +202,7 @@ class Baseline(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
     set_by: Mapped[str] = mapped_column(String(200))
     set_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    project: Mapped[str] = mapped_column(String(64), default=DEFAULT_PROJECT, server_default=DEFAULT_PROJECT)
 
 
 class AuditEvent(Base):
@@ -175,6 +218,27 @@ class AuditEvent(Base):
     subject_type: Mapped[str] = mapped_column(String(32))
     subject_id: Mapped[str] = mapped_column(String(200))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    project: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    # hash chain (clgate.store.chain): position, predecessor's hash, hash of (content, predecessor)
+    seq: Mapped[int] = mapped_column(BigInteger, index=True, unique=True)
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
+
+
+class ChainHead(Base):
+    """The last link of each hash chain (``decisions``, ``waivers``, ``audit_events``).
+
+    Writers update it in the transaction that appends a record, so concurrent appends take turns (row
+    lock on PostgreSQL, the write lock on SQLite); ``clgate audit verify`` checks that the records end
+    here, which tells a deleted tail from an intact chain.
+    """
+
+    __tablename__ = "chain_heads"
+
+    chain: Mapped[str] = mapped_column(String(32), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    record_hash: Mapped[str] = mapped_column(String(64))
+    at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class WorkerHeartbeat(Base):
@@ -195,7 +259,7 @@ def _refuse_change(mapper, connection, target) -> None:
     raise ImmutableRecordError(f"{type(target).__name__} records are never edited nor deleted")
 
 
-for _cls in (Decision, AuditEvent):
+for _cls in (Decision, Waiver, AuditEvent):
     event.listen(_cls, "before_update", _refuse_change)
     event.listen(_cls, "before_delete", _refuse_change)
 

@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     sandbox_cpu_threads: Annotated[int, Field(ge=1, le=256)] = Field(
         4, description="Most CPU threads a job's child uses (torch, OpenMP, MKL, OpenBLAS)."
     )
+    public_docs: bool = Field(
+        False,
+        description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs a viewer key "
+        "and the interactive pages are not served (the API's shape is not public by default).",
+    )
 
     @field_validator("broker_url")
     @classmethod

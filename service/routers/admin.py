@@ -21,7 +21,7 @@ from clgate.schemas.api import (
     WhoAmI,
 )
 from clgate.service.auth import create_key
-from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor
+from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor, scope
 from clgate.service.errors import ApiError
 from clgate.store.db import audit
 from clgate.store.models import (
@@ -46,9 +46,9 @@ def _baseline_public(b: Baseline) -> BaselinePublic:
 
 @baselines.put("/{model_name}", response_model=BaselinePublic, summary="Mark a succeeded job as the model's baseline")
 def set_baseline(model_name: ModelName, body: BaselineSet, session: SessionDep, key: Approver):
-    job = session.get(Job, body.job_id)
-    if job is None:
-        raise ApiError(404, f"no job {body.job_id}")
+    where = scope(key)
+    job = where.job(session, body.job_id, act="make a baseline of")
+    where.model(session, model_name)
     if job.state != JobState.succeeded.value:
         raise ApiError(409, f"job {job.id} is {job.state}; a baseline must be a succeeded job")
     if job.model_name != model_name:
@@ -61,36 +61,35 @@ def set_baseline(model_name: ModelName, body: BaselineSet, session: SessionDep, 
     b = session.get(Baseline, model_name)
     previous = b.job_id if b else None
     if b is None:
-        b = Baseline(model_name=model_name, job_id=job.id, set_by=actor(key))
+        b = Baseline(project=where.project, model_name=model_name, job_id=job.id, set_by=actor(key))
         session.add(b)
     else:
         b.job_id, b.set_by, b.set_at = job.id, actor(key), utcnow()
-    audit(session, actor(key), "baseline.set", "model", model_name, job_id=job.id, previous_job_id=previous)
+    audit(session, actor(key), "baseline.set", "model", model_name, project=where.project, job_id=job.id,
+          previous_job_id=previous)
     session.commit()
     return _baseline_public(b)
 
 
 @baselines.get("", response_model=BaselinesPublic, summary="Baselines of all model names")
-def list_baselines(session: SessionDep, _: Viewer):
-    rows = session.scalars(select(Baseline).order_by(Baseline.model_name)).all()
+def list_baselines(session: SessionDep, key: Viewer):
+    rows = session.scalars(scope(key).where(select(Baseline), Baseline.project).order_by(Baseline.model_name)).all()
     return BaselinesPublic(data=[_baseline_public(b) for b in rows], count=len(rows))
 
 
 @baselines.get("/{model_name}", response_model=BaselinePublic, summary="The baseline of one model name")
-def get_baseline(model_name: str, session: SessionDep, _: Viewer):
-    b = session.get(Baseline, model_name)
-    if b is None:
-        raise ApiError(404, f"model {model_name!r} has no baseline")
+def get_baseline(model_name: str, session: SessionDep, key: Viewer):
+    b = scope(key).get(session, Baseline, model_name, f"baseline for model {model_name!r}")
     return _baseline_public(b)
 
 
 @audit_router.get("", response_model=AuditEventsPublic, summary="The append-only audit trail (newest first)")
 def list_audit(
-    session: SessionDep, _: Viewer,
+    session: SessionDep, key: Viewer,
     subject_type: str | None = None, subject_id: str | None = None, action: str | None = None,
     skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ):
-    q = select(AuditEvent)
+    q = scope(key).where(select(AuditEvent), AuditEvent.project)
     if subject_type:
         q = q.where(AuditEvent.subject_type == subject_type)
     if subject_id:
@@ -101,23 +100,25 @@ def list_audit(
     rows = session.scalars(q.order_by(AuditEvent.id.desc()).offset(skip).limit(limit)).all()
     return AuditEventsPublic(count=count, data=[
         AuditEventPublic(id=e.id, at=as_utc(e.at), actor=e.actor, action=e.action, subject_type=e.subject_type,
-                         subject_id=e.subject_id, details=e.details) for e in rows])
+                         subject_id=e.subject_id, details=e.details, project=e.project, seq=e.seq,
+                         record_hash=e.record_hash) for e in rows])
 
 
 def _key_public(k: ApiKey) -> KeyPublic:
-    return KeyPublic(id=k.id, name=k.name, role=k.role, created_at=as_utc(k.created_at), revoked_at=as_utc(k.revoked_at))
+    return KeyPublic(id=k.id, name=k.name, role=k.role, project=k.project, created_at=as_utc(k.created_at),
+                     revoked_at=as_utc(k.revoked_at))
 
 
 @keys.get("/whoami", response_model=WhoAmI, summary="The key making the request")
 def whoami(key: Viewer):
-    return WhoAmI(id=key.id, name=key.name, role=key.role)
+    return WhoAmI(id=key.id, name=key.name, role=key.role, project=key.project)
 
 
 @keys.post("/keys", response_model=KeyCreated, status_code=status.HTTP_201_CREATED, summary="Create an API key")
 def new_key(body: KeyCreate, session: SessionDep, key: Admin):
-    record, secret = create_key(session, name=body.name, role=body.role, actor=actor(key))
+    record, secret = create_key(session, name=body.name, role=body.role, project=body.project, actor=actor(key))
     session.commit()
-    return KeyCreated(id=record.id, name=record.name, role=record.role, key=secret)
+    return KeyCreated(id=record.id, name=record.name, role=record.role, project=record.project, key=secret)
 
 
 @keys.get("/keys", response_model=KeysPublic, summary="List API keys (never their secrets)")
@@ -133,6 +134,6 @@ def revoke_key(key_id: str, session: SessionDep, key: Admin):
         raise ApiError(404, f"no key {key_id}")
     if k.revoked_at is None:
         k.revoked_at = utcnow()
-        audit(session, actor(key), "key.revoked", "api_key", key_id)
+        audit(session, actor(key), "key.revoked", "api_key", key_id, project=k.project)
         session.commit()
     return _key_public(k)

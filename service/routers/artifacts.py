@@ -10,11 +10,11 @@ from fastapi.responses import FileResponse, JSONResponse
 from sqlalchemy import func, select
 
 from clgate.schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
-from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
+from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor, scope
 from clgate.service.errors import ApiError
 from clgate.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
 from clgate.store.db import audit, session_scope
-from clgate.store.models import Artifact
+from clgate.store.models import Artifact, ProjectArtifact
 
 router = APIRouter(prefix="/artifacts", tags=["artifacts"])
 
@@ -65,16 +65,22 @@ async def upload_artifact(
     if stored.size == 0:
         raise ApiError(422, "empty upload: send the file as the request body")
 
+    project = scope(key).project
+
     def record() -> tuple[Artifact, bool]:
         with session_scope(request.app.state.sessions) as s:
             existing = s.get(Artifact, stored.sha256)
-            if existing is not None:
-                return existing, False
-            a = Artifact(sha256=stored.sha256, size=stored.size, kind=kind, filename=filename, created_by=actor(key))
-            s.add(a)
-            audit(s, actor(key), "artifact.uploaded", "artifact", stored.sha256, size=stored.size, kind=kind,
-                  filename=filename)
-            return a, True
+            granted = existing is not None and s.get(ProjectArtifact, (project, stored.sha256)) is not None
+            if existing is None:
+                existing = Artifact(sha256=stored.sha256, size=stored.size, kind=kind, filename=filename,
+                                    created_by=actor(key))
+                s.add(existing)
+                s.flush()
+            if not granted:  # the project has the content now (uploading it proves it)
+                s.add(ProjectArtifact(project=project, sha256=stored.sha256))
+                audit(s, actor(key), "artifact.uploaded", "artifact", stored.sha256, project=project,
+                      size=stored.size, kind=kind, filename=filename)
+            return existing, not granted
 
     artifact, created = await run_in_threadpool(record)
     body = to_public(artifact)
@@ -85,12 +91,12 @@ async def upload_artifact(
 
 @router.get("", response_model=ArtifactsPublic, summary="List artifacts (newest first)")
 def list_artifacts(
-    session: SessionDep, _: Viewer,
+    session: SessionDep, key: Viewer,
     kind: ArtifactKind | None = None,
     skip: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
-    q = select(Artifact)
+    q = select(Artifact).where(scope(key).artifact_visible())
     if kind:
         q = q.where(Artifact.kind == kind)
     count = session.scalar(select(func.count()).select_from(q.subquery()))
@@ -99,17 +105,17 @@ def list_artifacts(
 
 
 @router.get("/{ref}", response_model=ArtifactPublic, summary="Artifact metadata")
-def get_artifact(ref: str, session: SessionDep, _: Viewer):
-    a = session.get(Artifact, _digest(ref))
+def get_artifact(ref: str, session: SessionDep, key: Viewer):
+    a = scope(key).artifact(session, _digest(ref))
     if a is None:
         raise ApiError(404, f"no artifact sha256:{_digest(ref)}")
     return to_public(a)
 
 
 @router.get("/{ref}/content", summary="Download an artifact by hash", response_class=FileResponse)
-def download_artifact(ref: str, session: SessionDep, store: StoreDep, _: Viewer):
+def download_artifact(ref: str, session: SessionDep, store: StoreDep, key: Viewer):
     digest = _digest(ref)
-    a = session.get(Artifact, digest)
+    a = scope(key).artifact(session, digest)
     if a is None or not store.exists(digest):
         raise ApiError(404, f"no artifact sha256:{digest}")
     return FileResponse(store.path(digest), media_type="application/octet-stream",

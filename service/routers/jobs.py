@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import mimetypes
 from typing import Annotated
 
@@ -27,10 +28,10 @@ from clgate.schemas.api import (
     WaiverPublic,
     queue_for,
 )
-from clgate.service.deps import Approver, DispatcherDep, SessionDep, StoreDep, Submitter, Viewer, actor
+from clgate.service.deps import Approver, DispatcherDep, Scope, SessionDep, StoreDep, Submitter, Viewer, actor, scope
 from clgate.service.errors import ApiError
 from clgate.service.routers.policies import find as find_policy
-from clgate.store.artifacts import ArtifactStore
+from clgate.store.artifacts import ArtifactNotFound, ArtifactStore
 from clgate.store.db import audit
 from clgate.store.models import (
     Artifact,
@@ -53,8 +54,13 @@ MEDIA = {".md": "text/markdown; charset=utf-8", ".csv": "text/csv; charset=utf-8
          ".jsonl": "application/x-ndjson", ".xml": "application/xml", ".html": "text/html; charset=utf-8"}
 
 
+def waiver_in_force():
+    """A waiver counts while it has not expired (one that expired sets ``waived`` no more)."""
+    return (Waiver.expires_at.is_(None)) | (Waiver.expires_at > utcnow())
+
+
 def _query() -> Select:
-    waived = exists().where(Waiver.job_id == Job.id)
+    waived = exists().where(Waiver.job_id == Job.id, waiver_in_force())
     return (
         select(Job, Policy.name, Policy.version, Decision.verdict, waived.label("waived"))
         .join(Policy, Policy.id == Job.policy_id)
@@ -71,37 +77,30 @@ def _public(row) -> JobPublic:
         cancel_requested=job.cancel_requested, attempts=job.attempts, error=job.error, submitted_by=job.submitted_by,
         worker=job.worker,
         created_at=as_utc(job.created_at), started_at=as_utc(job.started_at), finished_at=as_utc(job.finished_at),
-        duration_s=job.duration_s, verdict=verdict, waived=bool(waived),
+        duration_s=job.duration_s, verdict=verdict, waived=bool(waived), project=job.project,
     )
 
 
-def load_public(session: Session, job_id: str) -> JobPublic:
-    row = session.execute(_query().where(Job.id == job_id)).first()
+def load_public(session: Session, job_id: str, where: Scope) -> JobPublic:
+    row = session.execute(where.where(_query().where(Job.id == job_id), Job.project)).first()
     if row is None:
         raise ApiError(404, f"no job {job_id}")
     return _public(row)
 
 
-def _job(session: Session, job_id: str) -> Job:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise ApiError(404, f"no job {job_id}")
-    return job
-
-
-def _baseline(session: Session, choice: str, model_name: str) -> str | None:
+def _baseline(session: Session, where: Scope, choice: str, model_name: str) -> str | None:
     if choice == "none":
         return None
     if choice == "model":
         b = session.get(Baseline, model_name)
         return b.job_id if b else None
-    job = session.get(Job, choice)
+    job = session.scalar(select(Job).where(Job.id == choice, Job.project == where.project))
     if job is None or job.state != JobState.succeeded.value:
-        raise ApiError(422, f"baseline: job {choice} does not exist or has not succeeded")
+        raise ApiError(422, f"baseline: job {choice} does not exist in this project or has not succeeded")
     return job.id
 
 
-def _check_spec(session: Session, store: ArtifactStore, body: JobCreate) -> dict:
+def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobCreate) -> dict:
     spec = dict(body.spec or {})
     spec.setdefault("mode", body.mode)
     if spec["mode"] != body.mode:
@@ -112,7 +111,7 @@ def _check_spec(session: Session, store: ArtifactStore, body: JobCreate) -> dict
     except ValueError as exc:
         problems.append(f"spec: {exc}")
         refs = set()
-    missing = sorted(r for r in refs if session.get(Artifact, r) is None)
+    missing = sorted(r for r in refs if where.artifact(session, r) is None)
     problems += [f"spec: artifact sha256:{r} does not exist (upload it first)" for r in missing]
     if problems:
         raise ApiError(422, problems[0], problems=problems)
@@ -137,17 +136,19 @@ def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
 @router.post("", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
              summary="Submit a job (retrain, evaluate or metrics-only)")
 def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher: DispatcherDep, key: Submitter):
-    policy = find_policy(session, body.policy)
+    where = scope(key)
+    where.model(session, body.model_name, claim=True)
+    policy = find_policy(session, body.policy, where.project)
     spec = None
     if body.mode == "metrics":
-        missing = [r for r in body.logs if session.get(Artifact, r.removeprefix("sha256:")) is None]
+        missing = [r for r in body.logs if where.artifact(session, r.removeprefix("sha256:")) is None]
         if missing:
             raise ApiError(422, f"logs: artifact {missing[0]} does not exist (upload it first)",
                            problems=[f"logs: artifact {r} does not exist" for r in missing])
     else:
-        spec = _check_spec(session, store, body)
-    baseline = _baseline(session, body.baseline, body.model_name)
-    job = Job(mode=body.mode, queue=body.queue, model_name=body.model_name, spec=spec,
+        spec = _check_spec(session, store, where, body)
+    baseline = _baseline(session, where, body.baseline, body.model_name)
+    job = Job(project=where.project, mode=body.mode, queue=body.queue, model_name=body.model_name, spec=spec,
               logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
               policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={})
     session.add(job)
@@ -156,17 +157,17 @@ def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher
           policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
     session.commit()
     _enqueue(session, dispatcher, job, actor(key))
-    return load_public(session, job.id)
+    return load_public(session, job.id, where)
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
 def list_jobs(
-    session: SessionDep, _: Viewer,
+    session: SessionDep, key: Viewer,
     state: State | None = None, mode: Mode | None = None, model_name: str | None = None,
     verdict: Verdict | None = None,
     skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
-    q = _query()
+    q = scope(key).where(_query(), Job.project)
     if state:
         q = q.where(Job.state == state)
     if mode:
@@ -181,14 +182,14 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="One job: state, progress, timestamps, error")
-def get_job(job_id: str, session: SessionDep, _: Viewer):
-    return load_public(session, job_id)
+def get_job(job_id: str, session: SessionDep, key: Viewer):
+    return load_public(session, job_id, scope(key))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
              summary="Cancel a job (queued: at once; running: at its next iteration, keeping a partial log)")
 def cancel_job(job_id: str, session: SessionDep, key: Submitter):
-    job = _job(session, job_id)
+    job = scope(key).job(session, job_id)
     if JobState(job.state).terminal:
         raise ApiError(409, f"job {job_id} already {job.state}")
     job.cancel_requested = True
@@ -198,12 +199,12 @@ def cancel_job(job_id: str, session: SessionDep, key: Submitter):
         job.finished_at = utcnow()
         audit(session, actor(key), "job.cancelled", "job", job_id)
     session.commit()
-    return load_public(session, job_id)
+    return load_public(session, job_id, scope(key))
 
 
 @router.get("/{job_id}/results", response_model=ResultsPublic, summary="The result files of a job")
-def list_results(job_id: str, session: SessionDep, _: Viewer):
-    _job(session, job_id)
+def list_results(job_id: str, session: SessionDep, key: Viewer):
+    scope(key).job(session, job_id)
     rows = session.execute(
         select(JobFile.name, JobFile.sha256, Artifact.size).join(Artifact, Artifact.sha256 == JobFile.sha256)
         .where(JobFile.job_id == job_id).order_by(JobFile.name)
@@ -215,8 +216,8 @@ def list_results(job_id: str, session: SessionDep, _: Viewer):
 
 @router.get("/{job_id}/results/{name:path}", response_class=FileResponse,
             summary="Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml")
-def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, _: Viewer):
-    _job(session, job_id)
+def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key: Viewer):
+    scope(key).job(session, job_id)
     if name == "log":  # the first (or only) evaluation log
         row = session.scalar(select(JobFile).where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
                              .order_by(JobFile.name).limit(1))
@@ -226,12 +227,16 @@ def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, _: 
         raise ApiError(404, f"job {job_id} has no result {name!r} (see /v1/jobs/{job_id}/results)")
     suffix = "." + row.name.rsplit(".", 1)[-1] if "." in row.name else ""
     media = MEDIA.get(suffix) or mimetypes.guess_type(row.name)[0] or "application/octet-stream"
-    return FileResponse(store.path(row.sha256), media_type=media, headers={"ETag": f'"{row.sha256}"'},
+    try:
+        path = store.verified_path(row.sha256)  # hashed before it is served: a tampered file is refused
+    except ArtifactNotFound:  # missing, or corrupt (quarantined)
+        raise ApiError(404, f"job {job_id}: result {name!r} is not available (missing or failed its hash check)") from None
+    return FileResponse(path, media_type=media, headers={"ETag": f'"{row.sha256}"'},
                         content_disposition_type="inline")
 
 
-def _decision(session: Session, job_id: str) -> Decision:
-    _job(session, job_id)
+def _decision(session: Session, where: Scope, job_id: str) -> Decision:
+    where.job(session, job_id)
     d = session.scalar(select(Decision).where(Decision.job_id == job_id))
     if d is None:
         raise ApiError(404, f"job {job_id} has no decision (yet)")
@@ -240,29 +245,33 @@ def _decision(session: Session, job_id: str) -> Decision:
 
 def _waiver_public(w: Waiver) -> WaiverPublic:
     return WaiverPublic(id=w.id, job_id=w.job_id, decision_id=w.decision_id, justification=w.justification,
-                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at))
+                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at),
+                        record_hash=w.record_hash)
 
 
 @router.get("/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers")
-def get_decision(job_id: str, session: SessionDep, _: Viewer):
-    d = _decision(session, job_id)
+def get_decision(job_id: str, session: SessionDep, key: Viewer):
+    d = _decision(session, scope(key), job_id)
     waivers = session.scalars(select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)).all()
     return DecisionPublic(id=d.id, job_id=d.job_id, policy_id=d.policy_id, model_name=d.model_name, verdict=d.verdict,
                           headline=d.headline, document=d.document, created_at=as_utc(d.created_at),
+                          record_hash=d.record_hash,
                           waivers=[_waiver_public(w) for w in waivers])
 
 
 @router.post("/{job_id}/regate", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
              summary="Gate a finished job's logs under another policy version, without retraining")
 def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter):
-    source = _job(session, job_id)
+    where = scope(key)
+    source = where.job(session, job_id, act="re-gate")
     if source.state != JobState.succeeded.value:
         raise ApiError(409, f"job {job_id} is {source.state}; only a succeeded job can be gated again")
     if source.mode == "regate" and source.source_job_id:
-        source = _job(session, source.source_job_id)
-    policy = find_policy(session, body.policy)
-    baseline = source.baseline_job_id if body.baseline == "same" else _baseline(session, body.baseline, source.model_name)
-    job = Job(mode="regate", queue=queue_for("regate"), model_name=source.model_name, policy_id=policy.id,
+        source = where.job(session, source.source_job_id)
+    policy = find_policy(session, body.policy, where.project)
+    baseline = (source.baseline_job_id if body.baseline == "same"
+                else _baseline(session, where, body.baseline, source.model_name))
+    job = Job(project=where.project, mode="regate", queue=queue_for("regate"), model_name=source.model_name, policy_id=policy.id,
               baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key), progress={})
     session.add(job)
     session.flush()
@@ -270,28 +279,43 @@ def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher:
           policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
     session.commit()
     _enqueue(session, dispatcher, job, actor(key))
-    return load_public(session, job.id)
+    return load_public(session, job.id, where)
+
+
+def submitted_by_key(job: Job, key) -> bool:
+    """Whether ``key`` submitted ``job`` (its ``submitted_by`` is ``key:<id>(<name>)``)."""
+    return (job.submitted_by or "").startswith(f"key:{key.id}(")
 
 
 @router.post("/{job_id}/waivers", response_model=WaiverPublic, status_code=status.HTTP_201_CREATED,
              summary="Record a justified waiver of a FAIL (the decision itself is never edited)")
 def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: Approver):
-    d = _decision(session, job_id)
+    where = scope(key)
+    job = where.job(session, job_id, act="waive")
+    d = _decision(session, where, job_id)
+    source = session.get(Job, job.source_job_id) if job.source_job_id else None
+    if submitted_by_key(job, key) or (source is not None and submitted_by_key(source, key)):
+        raise ApiError(403, "separation of duties: an approver cannot waive a job they submitted (or re-gated)")
     if d.verdict != "FAIL":
         raise ApiError(409, f"only a FAIL can be waived; job {job_id}'s verdict is {d.verdict}")
-    w = Waiver(decision_id=d.id, job_id=job_id, justification=body.justification, approver=actor(key),
-               expires_at=body.expires_at)
+    expires = body.expires_at
+    if expires is not None:  # stored in UTC (a time without offset is UTC)
+        expires = expires.replace(tzinfo=dt.UTC) if expires.tzinfo is None else expires.astimezone(dt.UTC)
+    if expires is not None and expires <= utcnow():
+        raise ApiError(422, "expires_at: the waiver would have expired already")
+    w = Waiver(project=job.project, decision_id=d.id, job_id=job_id, justification=body.justification,
+               approver=actor(key), expires_at=expires)
     session.add(w)
     session.flush()
     audit(session, actor(key), "waiver.recorded", "job", job_id, waiver_id=w.id, decision_id=d.id,
           verdict=d.verdict, justification=body.justification,
-          expires_at=body.expires_at.isoformat() if body.expires_at else None)
+          expires_at=expires.isoformat() if expires else None)
     session.commit()
     return _waiver_public(w)
 
 
 @router.get("/{job_id}/waivers", response_model=list[WaiverPublic], summary="Waivers of the job's decision")
-def list_waivers(job_id: str, session: SessionDep, _: Viewer):
-    _job(session, job_id)
+def list_waivers(job_id: str, session: SessionDep, key: Viewer):
+    scope(key).job(session, job_id)
     return [_waiver_public(w) for w in
             session.scalars(select(Waiver).where(Waiver.job_id == job_id).order_by(Waiver.created_at))]

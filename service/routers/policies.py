@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from clgate.schemas.api import PoliciesPublic, PolicyRef, PolicyVersionPublic
-from clgate.service.deps import Approver, SessionDep, Viewer, actor
+from clgate.service.deps import Approver, SessionDep, Viewer, actor, scope
 from clgate.service.errors import ApiError
 from clgate.store.db import audit
 from clgate.store.models import Policy
@@ -26,10 +26,13 @@ def to_public(p: Policy) -> PolicyVersionPublic:
                                created_by=p.created_by, document=p.document)
 
 
-def find(session: Session, ref: PolicyRef) -> Policy:
-    p = session.scalar(select(Policy).where(Policy.name == ref.name, Policy.version == ref.version))
+def find(session: Session, ref: PolicyRef, project: str) -> Policy:
+    """The policy version ``ref`` of ``project`` (a job is gated by its own project's policies)."""
+    p = session.scalar(select(Policy).where(Policy.project == project, Policy.name == ref.name,
+                                            Policy.version == ref.version))
     if p is None:
-        raise ApiError(422, f"policy {ref.name} version {ref.version} does not exist (create it with POST /v1/policies)")
+        raise ApiError(422, f"policy {ref.name} version {ref.version} does not exist in project {project!r} "
+                            "(create it with POST /v1/policies)")
     return p
 
 
@@ -44,26 +47,28 @@ def create_policy(document: Annotated[dict[str, Any], Body()], session: SessionD
         raise ApiError(422, "invalid policy: " + exc.problems[0], problems=exc.problems) from None
     canonical = policy.model_dump(mode="json")
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    existing = session.scalar(select(Policy).where(Policy.name == policy.name, Policy.version == str(policy.version)))
+    project = scope(key).project
+    existing = session.scalar(select(Policy).where(Policy.project == project, Policy.name == policy.name,
+                                                   Policy.version == str(policy.version)))
     if existing is not None:
         if existing.sha256 == digest:
             return JSONResponse(to_public(existing).model_dump(mode="json"), status_code=200)
         raise ApiError(409, f"policy {policy.name} version {policy.version} already exists with other content; "
                             "versions are immutable: publish a new version")
-    p = Policy(name=policy.name, version=str(policy.version), document=canonical, sha256=digest, created_by=actor(key))
+    p = Policy(project=project, name=policy.name, version=str(policy.version), document=canonical, sha256=digest, created_by=actor(key))
     session.add(p)
     session.flush()
-    audit(session, actor(key), "policy.created", "policy", p.id, name=p.name, version=p.version, sha256=digest)
+    audit(session, actor(key), "policy.created", "policy", p.id, project=project, name=p.name, version=p.version, sha256=digest)
     session.commit()
     return to_public(p)
 
 
 @router.get("", response_model=PoliciesPublic, summary="List policy versions")
 def list_policies(
-    session: SessionDep, _: Viewer, name: str | None = None,
+    session: SessionDep, key: Viewer, name: str | None = None,
     skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
-    q = select(Policy)
+    q = scope(key).where(select(Policy), Policy.project)
     if name:
         q = q.where(Policy.name == name)
     count = session.scalar(select(func.count()).select_from(q.subquery()))
@@ -72,8 +77,9 @@ def list_policies(
 
 
 @router.get("/{name}/{version}", response_model=PolicyVersionPublic, summary="One policy version")
-def get_policy(name: str, version: str, session: SessionDep, _: Viewer):
-    p = session.scalar(select(Policy).where(Policy.name == name, Policy.version == version))
+def get_policy(name: str, version: str, session: SessionDep, key: Viewer):
+    p = session.scalar(scope(key).where(select(Policy), Policy.project)
+                       .where(Policy.name == name, Policy.version == version).order_by(Policy.project).limit(1))
     if p is None:
         raise ApiError(404, f"policy {name} version {version} does not exist")
     return to_public(p)

@@ -235,7 +235,7 @@ def test_user_text_is_escaped_in_html_and_markdown(tmp_path, build_log, policy_o
     html = res.files["report.html"].read_text(encoding="utf-8")
     md = res.files["report.md"].read_text(encoding="utf-8")
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "<script>" not in md and "&lt;script>" in md
+    assert "<script>" not in md and "&lt;script&gt;" in md
     assert "a\\|b" in md and "[x](javascript" not in md and "\\*\\*bold\\*\\*" in md
     header = next(x for x in md.splitlines() if x.startswith("| # | class"))
     for line in md.splitlines():  # every FMECA row keeps its column count: no name breaks the table

@@ -45,7 +45,7 @@ def _routes():
     app = create_app(Settings(data_dir="/nonexistent-not-started"))
     out = []
     for path, route in _walk(app.routes):
-        if path in PUBLIC:
+        if path in PUBLIC or not route.include_in_schema:
             continue
         for method in sorted(route.methods - {"HEAD"}):
             out.append(pytest.param(method, path, _required_role(route), id=f"{method} {path}"))
@@ -111,8 +111,19 @@ def test_health_needs_no_key(api):
     assert ready["status"] == "ok" and ready["checks"]["database"] == "ok"
 
 
+def test_openapi_needs_a_key_unless_the_docs_are_public(api, app_factory, test_client_class):
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        assert api.get(path).status_code in (401, 404), path
+    assert api.get("/openapi.json").json()["error"] == "unauthenticated"
+    assert api.get("/openapi.json", headers=api.as_role("viewer")).status_code == 200
+    app, _ = app_factory(public_docs=True)
+    with test_client_class(app) as client:
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            assert client.get(path).status_code == 200, path
+
+
 def test_openapi_lists_the_v1_routes(api):
-    spec = api.get("/openapi.json").json()
+    spec = api.get("/openapi.json", headers=api.as_role("viewer")).json()
     for path in ("/v1/artifacts", "/v1/jobs", "/v1/jobs/{job_id}/regate", "/v1/jobs/{job_id}/waivers",
                  "/v1/policies", "/v1/baselines/{model_name}", "/v1/audit", "/metrics"):
         assert path in spec["paths"], path
@@ -310,3 +321,19 @@ def test_job_list_pagination_and_filters(api):
     assert api.get("/v1/jobs", params={"model_name": "m1"}, headers=view).json()["count"] == 2
     assert api.get("/v1/jobs", params={"state": "queued"}, headers=view).json()["count"] == 2
     assert api.get("/v1/jobs", params={"mode": "metrics", "state": "succeeded"}, headers=view).json()["count"] == 1
+
+
+def test_keys_belong_to_a_project(api):
+    admin = api.as_role("admin")
+    assert api.get("/v1/whoami", headers=api.as_role("viewer")).json()["project"] == "default"
+    r = api.post("/v1/keys", json={"name": "b", "role": "viewer", "project": "Team B"}, headers=admin)
+    assert r.status_code == 422 and "project" in r.json()["reason"]
+    r = api.post("/v1/keys", json={"name": "b", "role": "viewer", "project": "team-b"}, headers=admin)
+    assert r.status_code == 201 and r.json()["project"] == "team-b"
+    listed = {k["name"]: k["project"] for k in api.get("/v1/keys", headers=admin).json()["data"]}
+    assert listed["b"] == "team-b" and listed["t-viewer"] == "default"
+    b = {"X-API-Key": r.json()["key"]}
+    assert api.get("/v1/whoami", headers=b).json()["project"] == "team-b"
+    trail = api.get("/v1/audit", headers=b).json()["data"]
+    assert [e["action"] for e in trail] == ["key.created"] and trail[0]["project"] == "team-b"  # its own only
+    assert api.get("/v1/audit", headers=admin).json()["count"] >= 4  # the admin reads every project's

@@ -149,7 +149,7 @@ def test_prometheus_alertmanager_grafana_configs():
 def _containers(doc: dict) -> list[dict]:
     spec = doc.get("spec", {})
     template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get("template") or {}
-    return template.get("spec", {}).get("containers", [])
+    return [*template.get("spec", {}).get("initContainers", []), *template.get("spec", {}).get("containers", [])]
 
 
 def test_k8s_manifests_reference_existing_things():
@@ -227,3 +227,67 @@ def test_k8s_deployment_series_exported_once_and_scrapeable_with_a_key():
     plain = yaml.safe_load((DEPLOY / "prometheus" / "prometheus-k8s.yml").read_text())
     jobs = {c["job_name"]: c for c in plain["scrape_configs"]}
     assert set(jobs) == {"clgate-api", "clgate-exporter"} and "credentials_file" in jobs["clgate-api"]["authorization"]
+
+
+# ---------------------------------------------------------------------- database roles
+def _env_of(container: dict) -> dict[str, str]:
+    return {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container.get("env", []) if "valueFrom" in e}
+
+
+def test_migrations_run_as_the_owner_role_and_the_service_as_the_app_role():
+    services = compose()["services"]
+    for name in ("migrate", "grant"):
+        assert "//clgate_owner:" in services[name]["environment"]["CLGATE_DATABASE_URL"], name
+    assert services["grant"]["command"] == ["clgate", "db", "grant", "clgate_app"]
+    for name in ("api", "worker-gpu", "worker-cpu"):
+        assert "//clgate_app:" in services[name]["environment"]["CLGATE_DATABASE_URL"], name
+        assert services[name]["depends_on"]["grant"]["condition"] == "service_completed_successfully"
+    assert "./postgres/init-roles.sh:/docker-entrypoint-initdb.d/10-clgate-roles.sh:ro" in services["postgres"]["volumes"]
+    job = next(d for d in manifests() if d["kind"] == "Job" and d["metadata"]["name"] == "clgate-migrate")
+    steps = _containers(job)
+    assert [c["command"][1:3] for c in steps] == [["db", "upgrade"], ["db", "grant"]]
+    for c in steps:
+        assert _env_of(c) == {"CLGATE_DATABASE_URL": "CLGATE_OWNER_DATABASE_URL"}
+    for d in manifests():
+        if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"].startswith("clgate"):
+            for c in _containers(d):
+                assert "CLGATE_OWNER_DATABASE_URL" not in json.dumps(c), d["metadata"]["name"]
+
+
+@pytest.mark.integration
+def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
+    """deploy/postgres/init-roles.sh, then migrate and grant as the owner: the app role runs but cannot
+    rewrite history."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from urllib.parse import urlsplit
+
+    from sqlalchemy import create_engine, text
+
+    psql = shutil.which("psql") or next(iter(sorted(Path("/").glob("usr/lib/postgresql/*/bin/psql"))), None)
+    assert psql is not None, "psql not found next to the PostgreSQL server"
+    url = urlsplit(postgres_url.replace("postgresql+psycopg", "postgresql"))
+    env = {**os.environ, "PATH": f"{Path(psql).parent}:{os.environ['PATH']}", "PGHOST": url.hostname,
+           "PGPORT": str(url.port), "POSTGRES_USER": url.username, "POSTGRES_DB": url.path.lstrip("/"),
+           "PG_OWNER_PASSWORD": "owner-pw", "PG_APP_PASSWORD": "app-pw"}
+    r = subprocess.run(["sh", str(DEPLOY / "postgres" / "init-roles.sh")], check=False, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    owner_url = postgres_url.replace("//clgate@", "//clgate_owner:owner-pw@")
+    app_url = postgres_url.replace("//clgate@", "//clgate_app:app-pw@")
+    cli_env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    cli_env.update(CLGATE_DATA_DIR=str(tmp_path), CLGATE_DATABASE_URL=owner_url)
+    for argv in (["db", "upgrade"], ["db", "grant", "clgate_app"]):
+        r = subprocess.run([sys.executable, "-m", "clgate", *argv], check=False, env=cli_env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+    engine = create_engine(app_url)
+    with engine.begin() as conn:
+        assert conn.execute(text("SELECT count(*) FROM chain_heads")).scalar() == 3
+    for statement in ("TRUNCATE audit_events", "DELETE FROM decisions", "UPDATE waivers SET approver = 'x'",
+                      "ALTER TABLE audit_events DISABLE TRIGGER ALL", "CREATE TABLE sneaky (x int)"):
+        with engine.connect() as conn, pytest.raises(Exception, match="permission denied|must be owner"):
+            conn.execute(text(statement))
+    engine.dispose()

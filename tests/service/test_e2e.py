@@ -75,14 +75,14 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     assert 'clgate_api_info{' in view.get("/metrics").text
     headline = view.get(f"/v1/jobs/{job_id}/decision").json()["headline"]
     m = samples(svc.metrics_text())
-    model = (("model", MODEL),)
+    model = (("model", MODEL), ("project", "default"))
     assert m[("clgate_model_mica_ratio", model)] == pytest.approx(headline["mica"])
     assert m[("clgate_model_wamica_ratio", model)] == pytest.approx(headline["wamica"])
     assert m[("clgate_model_min_acc_ratio", model)] == pytest.approx(headline["min_acc"])
-    assert m[("clgate_model_verdict", (("model", MODEL), ("verdict", "PASS")))] == 1.0
+    assert m[("clgate_model_verdict", (("model", MODEL), ("project", "default"), ("verdict", "PASS")))] == 1.0
     worst = sorted(k for k in m if k[0] == "clgate_model_worst_class_accuracy_ratio")
     assert len(worst) == 3
-    assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 1.0
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "PASS"),))] == 1.0
     assert m[("clgate_jobs", (("queue", "gpu"), ("state", "succeeded")))] == 1.0
     assert m[("clgate_job_duration_seconds_count", (("mode", "retrain"),))] == 1.0
     assert m[("clgate_workers", (("queue", "gpu"),))] >= 1.0
@@ -97,8 +97,8 @@ def scenario(svc, digits_npz: bytes, make_spec, policies) -> dict:
     regate_files = {f["name"]: f["sha256"] for f in view.get(f"/v1/jobs/{regate['id']}/results").json()["files"]}
     assert regate_files["logs/log-seed0.json"] == files["logs/log-seed0.json"]["sha256"]  # same log, not retrained
     m = samples(svc.metrics_text())
-    assert m[("clgate_model_verdict", (("model", MODEL), ("verdict", "FAIL")))] == 1.0
-    assert m[("clgate_decisions_total", (("verdict", "FAIL"),))] == 1.0
+    assert m[("clgate_model_verdict", (("model", MODEL), ("project", "default"), ("verdict", "FAIL")))] == 1.0
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "FAIL")))] == 1.0
 
     # waiver: approvers only, with a justification; recorded in the audit trail; the decision not edited
     body = {"justification": "Known weak classes; release approved for the pilot line only (QA-1234)."}
@@ -158,7 +158,7 @@ def test_celery_end_to_end(celery_service, redis_url, digits_npz, make_spec, pol
     events = view.get("/v1/audit", params={"subject_id": ids["metrics_job_id"], "action": "decision.recorded"}).json()
     assert events["count"] == 1
     m = samples(svc.metrics_text())
-    assert m[("clgate_decisions_total", (("verdict", "PASS"),))] == 3.0  # retrain, metrics-only, sentinel
+    assert m[("clgate_decisions_total", (("project", "default"), ("verdict", "PASS")))] == 3.0  # retrain, metrics-only, sentinel
     assert m[("clgate_queue_length", (("queue", "gpu"),))] == 0.0  # read from the Redis list
     sender.close()
     assert "clgate.run_job" in svc.worker.tail()
@@ -215,8 +215,8 @@ def test_celery_worker_lost_mid_job_is_redelivered_and_decided_once(celery_servi
 
 
 def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
-    """No settings at all but a data folder: `clgate serve` migrates, prints a first admin key (kept
-    in a mode-600 file), and runs jobs embedded."""
+    """No settings at all but a data folder: `clgate serve` migrates, creates a first admin key in a
+    mode-600 file (and says where, never printing the key), and runs jobs embedded."""
     import os
     import subprocess
     import sys
@@ -242,7 +242,8 @@ def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
         key_file = data / "admin.key"
         key = key_file.read_text().strip()
         assert oct(key_file.stat().st_mode & 0o777) == "0o600"
-        assert key in (tmp_path / "serve.log").read_text()
+        log_text = (tmp_path / "serve.log").read_text()
+        assert key not in log_text and str(key_file) in log_text  # the key goes to its file only
         with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=30) as c:
             assert c.get("/v1/whoami").json()["role"] == "admin"
             c.post("/v1/policies", json={"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]}).raise_for_status()

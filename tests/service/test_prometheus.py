@@ -54,10 +54,10 @@ def _seed(sessions):
         worst = [("cat", 0.2), ("dog", 0.1), ("fox", 0.5), ("owl", 0.7)]
         s.add(Decision(job_id=jobs[0].id, policy_id=p.id, model_name="alpha", verdict="PASS", created_at=t0,
                        headline=_headline(0.8, worst), document={}))
-        s.add(Decision(job_id=jobs[1].id, policy_id=p.id, model_name="alpha", verdict="FAIL",
-                       created_at=t0 + dt.timedelta(minutes=5), headline=_headline(0.1, worst, 0.25), document={}))
         s.add(Decision(job_id=jobs[2].id, policy_id=p.id, model_name="beta", verdict="WARN", created_at=t0,
                        headline=_headline(0.6, [("x", 0.6)]), document={}))
+        s.add(Decision(job_id=jobs[1].id, policy_id=p.id, model_name="alpha", verdict="FAIL",
+                       created_at=t0 + dt.timedelta(minutes=5), headline=_headline(0.1, worst, 0.25), document={}))
         s.add(WorkerHeartbeat(hostname="w1", queues="gpu", last_seen=utcnow()))
         s.add(WorkerHeartbeat(hostname="w2", queues="cpu,gpu", last_seen=utcnow() - dt.timedelta(hours=1)))
 
@@ -68,21 +68,21 @@ def test_collector_values_from_the_store(sessions):
     registry.register(StoreCollector(sessions, queue_lengths=lambda: {"gpu": 4, "cpu": 0}, worst_classes=3))
     v = registry.get_sample_value
     # latest decision per model wins
-    assert v("clgate_model_mica_ratio", {"model": "alpha"}) == 0.1
-    assert v("clgate_model_mica_ratio", {"model": "beta"}) == 0.6
+    assert v("clgate_model_mica_ratio", {"project": "default", "model": "alpha"}) == 0.1
+    assert v("clgate_model_mica_ratio", {"project": "default", "model": "beta"}) == 0.6
     # the regression carries the class the alert names
-    assert v("clgate_model_class_regression_ratio", {"model": "alpha", "class_name": "dog"}) == 0.25
-    assert v("clgate_model_class_regression_ratio", {"model": "beta", "class_name": ""}) is None  # no baseline
-    assert v("clgate_model_verdict", {"model": "alpha", "verdict": "FAIL"}) == 1.0
-    assert v("clgate_model_verdict", {"model": "alpha", "verdict": "PASS"}) == 0.0
+    assert v("clgate_model_class_regression_ratio", {"project": "default", "model": "alpha", "class_name": "dog"}) == 0.25
+    assert v("clgate_model_class_regression_ratio", {"project": "default", "model": "beta", "class_name": ""}) is None  # no baseline
+    assert v("clgate_model_verdict", {"project": "default", "model": "alpha", "verdict": "FAIL"}) == 1.0
+    assert v("clgate_model_verdict", {"project": "default", "model": "alpha", "verdict": "PASS"}) == 0.0
     # only the worst three classes, worst first
-    assert v("clgate_model_worst_class_accuracy_ratio", {"model": "alpha", "rank": "1", "class_name": "dog"}) == 0.1
-    assert v("clgate_model_worst_class_accuracy_ratio", {"model": "alpha", "rank": "3", "class_name": "fox"}) == 0.5
+    assert v("clgate_model_worst_class_accuracy_ratio", {"project": "default", "model": "alpha", "rank": "1", "class_name": "dog"}) == 0.1
+    assert v("clgate_model_worst_class_accuracy_ratio", {"project": "default", "model": "alpha", "rank": "3", "class_name": "fox"}) == 0.5
     text = generate_latest(registry).decode()
     assert 'class_name="owl"' not in text
     # counters, jobs, histogram, queues, workers
-    assert v("clgate_decisions_total", {"verdict": "FAIL"}) == 1.0
-    assert v("clgate_decisions_total", {"verdict": "ERROR"}) == 0.0
+    assert v("clgate_decisions_total", {"project": "default", "verdict": "FAIL"}) == 1.0
+    assert v("clgate_decisions_total", {"project": "default", "verdict": "ERROR"}) == 0.0
     assert v("clgate_jobs", {"state": "succeeded", "queue": "gpu"}) == 2.0
     assert v("clgate_jobs", {"state": "queued", "queue": "gpu"}) == 1.0
     assert v("clgate_job_duration_seconds_bucket", {"mode": "retrain", "le": "30.0"}) == 1.0  # 3 s
@@ -111,7 +111,7 @@ def test_collector_survives_a_broker_outage(sessions):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(sessions, queue_lengths=down))
     assert registry.get_sample_value("clgate_queue_length", {"queue": "gpu"}) is None
-    assert registry.get_sample_value("clgate_decisions_total", {"verdict": "PASS"}) == 0.0
+    assert registry.get_sample_value("clgate_decisions_total", {"project": "default", "verdict": "PASS"}) == 0.0
 
 
 # ---------------------------------------------------------------------- alert rules

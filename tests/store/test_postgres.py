@@ -35,8 +35,8 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
             time.sleep(0.2)
         assert state["state"] == "succeeded" and state["verdict"] == "FAIL", state
         metrics = c.get("/metrics", headers=h).text
-        assert 'clgate_model_verdict{model="pg",verdict="FAIL"} 1.0' in metrics
-        assert 'clgate_decisions_total{verdict="FAIL"} 1.0' in metrics
+        assert 'clgate_model_verdict{model="pg",project="default",verdict="FAIL"} 1.0' in metrics
+        assert 'clgate_decisions_total{project="default",verdict="FAIL"} 1.0' in metrics
         for statement in ("UPDATE decisions SET verdict = 'PASS'", "DELETE FROM audit_events"):
             with engine.connect() as conn, pytest.raises(Exception, match="append-only"):
                 conn.execute(text(statement))

@@ -90,9 +90,17 @@ def test_keys_create_cli_makes_a_working_key(tmp_path, app_factory, test_client_
     key = result.output.strip().splitlines()[-1]
     bad = CliRunner().invoke(cli, ["keys", "create", "--role", "boss", "--name", "x", "--data-dir", str(tmp_path)])
     assert bad.exit_code == 2 and "--role" in bad.output
+    bad = CliRunner().invoke(cli, ["keys", "create", "--role", "viewer", "--name", "x", "--project", "Team B",
+                                   "--data-dir", str(tmp_path)])
+    assert bad.exit_code == 2 and "--project" in bad.output
+    other = CliRunner().invoke(cli, ["keys", "create", "--role", "viewer", "--name", "b", "--project", "team-b",
+                                     "--data-dir", str(tmp_path / "data")])
+    assert other.exit_code == 0, other.output
+    other_key = other.output.strip().splitlines()[-1]
     app, _ = app_factory()
     with test_client_class(app) as c:
         me = c.get("/v1/whoami", headers={"X-API-Key": key}).json()
-        assert me == {"id": me["id"], "name": "release-bot", "role": "approver"}
+        assert me == {"id": me["id"], "name": "release-bot", "role": "approver", "project": "default"}
         events = c.get("/v1/audit", params={"action": "key.created"}, headers={"X-API-Key": key}).json()["data"]
         assert any(e["details"]["name"] == "release-bot" and e["actor"].startswith("cli:") for e in events)
+        assert c.get("/v1/whoami", headers={"X-API-Key": other_key}).json()["project"] == "team-b"
