@@ -32,7 +32,10 @@ def make_npz(path: Path, n_classes: int, per_class: int, test_per_class: int, se
     centres = rng.integers(40, 216, size=(n_classes, 3, 1, 1))
     def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
         y = np.repeat(np.arange(n_classes), n)
-        x = np.clip(centres[y] + rng.normal(0, 40, size=(len(y), 3, 32, 32)), 0, 255).astype(np.uint8)
+        x = np.empty((len(y), 3, 32, 32), dtype=np.uint8)
+        for c in range(n_classes):  # one class at a time: this process stays small
+            noise = rng.normal(0, 40, size=(n, 3, 32, 32)).astype(np.float32)
+            x[c * n : (c + 1) * n] = np.clip(centres[c] + noise, 0, 255).astype(np.uint8)
         return x, y
     x_train, y_train = draw(per_class)
     x_test, y_test = draw(test_per_class)
@@ -62,14 +65,15 @@ def job(data: dict, *, n_tasks: int, eval_every: int | None, subsample: int | No
 
 
 def run_cli(spec: dict, work: Path, name: str) -> tuple[float, int]:
-    """Wall time and peak RSS (bytes) of ``clgate run`` in a fresh process."""
+    """Wall time and peak RSS (bytes, ``VmHWM``: the exec'd process's own, not the fork's) of ``clgate run``."""
     path = work / f"{name}.json"
     path.write_text(json.dumps(spec))
     code = (
         "import resource, sys, time; t = time.perf_counter(); from clgate.cli import main; "
         "sys.argv = ['clgate', 'run', sys.argv[1], '--out', sys.argv[2], '-q']\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"
+        "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+        "print(time.perf_counter() - t, hwm * 1024)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(path), str(work / name)], capture_output=True, text=True, check=False
