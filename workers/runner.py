@@ -186,6 +186,22 @@ def _exit_reason(returncode: int | None) -> str:
     return f"exited with code {returncode} without a result"
 
 
+def _unpack_image_folder(spec: dict, document: dict, inputs: Path) -> None:
+    """An ``image_folder`` uploaded as a tar or zip archive is extracted (safely: no absolute paths, no
+    ``..``, no links, bounded count and size) next to its staged copy, on the trusted side."""
+    data = document.get("data")
+    if not (isinstance(data, dict) and data.get("kind") == "image_folder"):
+        return
+    if not isinstance((spec.get("data") or {}).get("path"), dict):  # not an artifact: check_paths refused it
+        return
+    from clgate.engine.archive import safe_extract
+
+    archive = inputs / str(data["path"])
+    root = safe_extract(archive, archive.with_name(archive.name + ".d"))
+    archive.unlink()
+    data["path"] = str(root.relative_to(inputs))
+
+
 def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str | None], work: Path):
     """Run the engine on the job's inputs in a confined child process (:mod:`clgate.workers.sandbox`).
 
@@ -208,6 +224,7 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
         return local
 
     document = resolve_refs(spec, path_of)
+    _unpack_image_folder(spec, document, staged.inputs)
     job_spec = core.parse_job_spec(document)  # validated here too: the child's copy is not trusted
     (staged.inputs / "spec.json").write_text(json.dumps(document), encoding="utf-8")
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)

@@ -1,0 +1,92 @@
+"""An image folder uploaded as a tar or zip archive runs as an ``image_folder`` job on a real
+`clgate serve`; an archive with a path that escapes (``..``) or a link fails the job with the reason and
+writes nothing outside its folder."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+Image = pytest.importorskip("PIL.Image")
+
+
+def _png(value: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("L", (6, 6), color=value).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _folder_files() -> dict[str, bytes]:
+    """train/ and test/ with four classes told apart by brightness."""
+    files = {}
+    for split, n in (("train", 6), ("test", 3)):
+        for c in range(4):
+            for i in range(n):
+                files[f"shapes/{split}/c{c}/{i}.png"] = _png(40 + 60 * c + i)
+    return files
+
+
+def _zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _tar(files: dict[str, bytes], *, link: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        if link:
+            info = tarfile.TarInfo("shapes/train/c0/link.png")
+            info.type, info.linkname = tarfile.SYMTYPE, link
+            tf.addfile(info)
+    return buf.getvalue()
+
+
+def _spec(ref: str) -> dict:
+    return {
+        "data": {"kind": "image_folder", "path": {"artifact": ref}, "size": [6, 6], "color": "L"},
+        "scenario": {"n_tasks": 2},
+        "model": {"arch": "mlp", "hidden": 16},
+        "strategy": {"name": "finetune"},
+        "training": {"iterations": 5, "batch_size": 8},
+        "evaluation": {"eval_every": 5},
+        "seeds": [0],
+        "device": "cpu",
+    }
+
+
+def test_image_folder_archives_run_and_hostile_ones_are_refused(embedded_service, policies):
+    svc = embedded_service
+    sub = svc.clients["submitter"]
+    assert svc.clients["approver"].post("/v1/policies", json=policies["loose"]).status_code == 201
+
+    def run(data: bytes, filename: str, name: str) -> dict:
+        r = sub.post("/v1/artifacts", params={"kind": "data", "filename": filename}, content=data)
+        assert r.status_code in (200, 201), r.text
+        body = {"mode": "retrain", "model_name": name, "spec": _spec(r.json()["ref"]),
+                "policy": {"name": "e2e-loose", "version": "1"}}
+        r = sub.post("/v1/jobs", json=body)
+        assert r.status_code == 202, r.text
+        return svc.wait_job(r.json()["id"])
+
+    files = _folder_files()
+    for data, filename in ((_zip(files), "shapes.zip"), (_tar(files), "shapes.tar.gz")):
+        job = run(data, filename, f"archive-{filename}")
+        assert job["state"] == "succeeded", job
+
+    escaping = {**files, "shapes/../../../../escaped.png": _png(1)}
+    job = run(_zip(escaping), "evil.zip", "evil-zip")
+    assert job["state"] == "failed" and "'..'" in job["error"], job
+    job = run(_tar(files, link="/etc/passwd"), "evil.tar.gz", "evil-tar")
+    assert job["state"] == "failed" and "link" in job["error"], job
+    assert not list(svc.data_dir.parent.rglob("escaped.png"))
