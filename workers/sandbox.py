@@ -228,6 +228,11 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
     for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime"):
         if (Path("/etc") / name).exists():
             argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    # a fresh /tmp first: a checkout or virtual environment under /tmp is bound on top of it below
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    if "--size" in _bwrap_options(binary):
+        argv += ["--size", str(TMP_BYTES)]
+    argv += ["--tmpfs", "/tmp"]
     bound = []
     for path in _python_paths():
         if any(_inside(path, b) for b in bound) or any(_inside(path, Path("/") / t) for t in ("usr",)):
@@ -239,10 +244,6 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
     for path in bound:
         if _inside(data, path):
             argv += ["--tmpfs", str(data)]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    if "--size" in _bwrap_options(binary):
-        argv += ["--size", str(TMP_BYTES)]
-    argv += ["--tmpfs", "/tmp"]
     if gpu:
         for device in sorted(Path("/dev").glob("nvidia*")):
             if device.is_char_device():
