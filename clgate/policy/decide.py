@@ -176,7 +176,7 @@ def selection_problems(runs: Sequence[EvaluationLog], baseline: EvaluationLog | 
         return v.get("sha256") if isinstance(v, dict) and isinstance(v.get("sha256"), str) else None
 
     errors: list[str] = []
-    ref = next(((i, sel(log)) for i, log in enumerate(runs) if sel(log) is not None), None)
+    ref = next(((i, h) for i, log in enumerate(runs) if (h := sel(log)) is not None), None)
     if ref is not None:
         for i, log in enumerate(runs):
             h = sel(log)
@@ -186,10 +186,11 @@ def selection_problems(runs: Sequence[EvaluationLog], baseline: EvaluationLog | 
                     f"(meta.eval_selection.sha256 {h[:12]} ≠ {ref[1][:12]}); runs of one job must share them"
                 )
     problem = None
-    if baseline is not None and ref is not None and sel(baseline) is not None and sel(baseline) != ref[1]:
+    other = sel(baseline) if baseline is not None else None
+    if ref is not None and other is not None and other != ref[1]:
         problem = (
             "baseline: evaluated on other test samples than the candidate "
-            f"(meta.eval_selection.sha256 {sel(baseline)[:12]} ≠ {ref[1][:12]}); "  # type: ignore[index]
+            f"(meta.eval_selection.sha256 {other[:12]} ≠ {ref[1][:12]}); "
             "a comparison across different samples is refused"
         )
     return errors, problem

@@ -218,7 +218,7 @@ def _judge_side(
     judged: list[tuple[float, int, float, int | None]] = []
     lacking: list[int] = []
     for k in candidates:
-        col = [(g[k], i) for i, g in enumerate(cells.grid) if g[k] is not None]
+        col = [(v, i) for i, g in enumerate(cells.grid) if (v := g[k]) is not None]
         gaps = any((i, k) in cells.missing for i in range(len(runs)))
         if gaps:
             lacking.append(k)
@@ -230,12 +230,12 @@ def _judge_side(
         if rule.over_runs == "mean":
             if gaps:
                 continue  # an average over the runs that have a value is not the mean over runs
-            v, run = sum(c[0] for c in col) / len(col), None  # type: ignore[misc]
+            v, run = sum(c[0] for c in col) / len(col), None
         else:
             pick = min if side == "floor" else max
             v, run = pick(col, key=lambda c: (c[0], c[1]) if side == "floor" else (c[0], -c[1]))
-        margin = (v - threshold) if side == "floor" else (threshold - v)  # type: ignore[operator]
-        judged.append((margin, k, v, run))  # type: ignore[arg-type]
+        margin = (v - threshold) if side == "floor" else (threshold - v)
+        judged.append((margin, k, v, run))
     if not judged and not lacking:
         raise RuleError(f"{source} is null at every task: {_null_reason(runs, source)}")
     worst = min(judged, key=lambda j: (j[0], j[1])) if judged else None
@@ -307,13 +307,13 @@ def _failing_tasks(rule: MetricRule, cells: _Cells, side: str) -> list[int]:
     threshold = rule.floor if side == "floor" else rule.ceiling
     out = []
     for k in range(len(cells.grid[0])):
-        col = [g[k] for g in cells.grid if g[k] is not None]
+        col = [v for g in cells.grid if (v := g[k]) is not None]
         if not col:
             continue
         if rule.over_runs == "mean":
             if any((i, k) in cells.missing for i in range(len(cells.grid))):
                 continue
-            vals = [sum(col) / len(col)]  # type: ignore[arg-type]
+            vals = [sum(col) / len(col)]
         else:
             vals = col
         for v in vals:
@@ -376,11 +376,11 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             lacking.update(partial)
             if rule.at == "final":
                 vals = [(None, None) if i in partial else v for i, v in enumerate(vals)]
-            known = [i for i, (v, _) in enumerate(vals) if v is not None]
-            if not known or rule.over_runs == "mean":
+            have = [(v, i, it) for i, (v, it) in enumerate(vals) if v is not None]
+            if not have or rule.over_runs == "mean":
                 continue
-            j = min(known, key=lambda i: (vals[i][0], i))
-            rows.append((vals[j][0], c, j, vals[j][1]))
+            value, j, iteration = min(have, key=lambda h: (h[0], h[1]))
+            rows.append((value, c, j, iteration))
             continue
         if any(v is None for v, _ in vals):
             if rule.bound == "wilson95" and all(
@@ -622,7 +622,7 @@ def evaluate_rules(
                 _require_complete(runs, None)
                 judged = _judge_fmeca(rule, worksheet)
         except RuleError as exc:
-            extra = {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
+            extra: dict[str, Any] = {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
             results.append(
                 RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}", **extra)
             )

@@ -47,11 +47,12 @@ def test_the_layers_and_their_data_are_inside(wheel):
     assert not has("tests/") and not has("clgate/tests/")
 
 
-def test_the_console_script_and_strategies_are_declared(wheel):
+def test_the_console_script_is_declared_and_builtin_strategies_are_not(wheel):
+    """Built-in strategies are registered once, in code; the entry-point group is for third parties."""
     with zipfile.ZipFile(wheel) as archive:
         entry_points = next(
             n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")
         )
         text = archive.read(entry_points).decode()
     assert "clgate = clgate.cli:main" in text
-    assert "[clgate.strategies]" in text and "er = clgate.engine.strategies:ER" in text
+    assert "clgate.engine.strategies:" not in text
