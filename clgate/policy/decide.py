@@ -269,7 +269,7 @@ def evaluate(
     results = evaluate_rules(
         policy, metrics.runs, baseline=base_metrics, worksheet=sheet, baseline_problem=baseline_problem
     )
-    verdict = verdict_of(results, errors, diverged)
+    verdict = verdict_of(results, errors, diverged, incomplete)
     decision = Decision(
         verdict=verdict,
         summary=_summary(verdict, results, errors, incomplete, diverged),

@@ -645,12 +645,22 @@ def evaluate_rules(
     return results
 
 
-def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = (), diverged: Sequence[str] = ()) -> Verdict:
+def verdict_of(
+    results: Sequence[RuleResult],
+    errors: Sequence[str] = (),
+    diverged: Sequence[str] = (),
+    incomplete: Sequence[str] = (),
+) -> Verdict:
     """ERROR over FAIL over WARN over PASS; a diverged run is FAIL whatever its rules say (it cannot
     pass, and "could not judge" would hide that the candidate blew up), unless the inputs are invalid.
+    Incomplete input (a partial run or baseline) never passes: a violation seen in it is FAIL, anything
+    else is ERROR — even when every rule only looked at the finished tasks, the release would rest on a
+    run nobody saw to its end.
 
     >>> verdict_of([]), verdict_of([], ["bad log"]), verdict_of([], diverged=["seed 1: loss nan"])
     ('PASS', 'ERROR', 'FAIL')
+    >>> verdict_of([], incomplete=["seed 0: 2 of 5 tasks finished"])
+    'ERROR'
     """
     statuses = {r.status for r in results}
     if errors:
@@ -661,6 +671,8 @@ def verdict_of(results: Sequence[RuleResult], errors: Sequence[str] = (), diverg
         return "ERROR"
     if "fail" in statuses:
         return "FAIL"
+    if incomplete:
+        return "ERROR"
     if "warn" in statuses:
         return "WARN"
     return "PASS"
