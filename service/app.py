@@ -22,10 +22,11 @@ from clgate.service import errors
 from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
+from clgate.service.limits import AdmissionLimit
 from clgate.service.metrics import StoreCollector
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
-from clgate.store.db import session_scope, wait_for_schema
+from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
 from clgate.store.settings import Settings, load_settings
 from clgate.store.models import ApiKey
 
@@ -47,6 +48,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        import anyio.to_thread
+
+        # one worker thread per admitted request, plus the health probes and background calls
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
         store = open_store(settings, migrate=settings.auto_migrate)
         engine, sessions = store.engine, store.sessions
         wait_for_schema(engine, timeout_s=30)
@@ -78,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
+    app.add_middleware(AdmissionLimit, limit=settings.api_concurrency)
 
     v1 = APIRouter(prefix="/v1")
     for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):
@@ -89,18 +95,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Health(status="ok")
 
     @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Health}},
-             summary="Readiness: database and broker reachable")
+             summary="Readiness: database writable, connections free, broker reachable")
     def readyz(request: Request):
         checks: dict[str, str] = {}
-        ok = True
-        try:
-            with request.app.state.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            checks["database"] = "ok"
-        except Exception as exc:  # noqa: BLE001
-            ok, checks["database"] = False, f"unreachable: {type(exc).__name__}"
+        engine = request.app.state.engine
+        used, capacity = pool_status(engine)
+        if capacity and used >= capacity:
+            db_ok, checks["database"] = False, f"pool exhausted: {used} of {capacity} connections in use"
+        else:
+            problem = check_writable(engine, timeout_s=2.0)
+            db_ok, checks["database"] = problem is None, problem or "ok"
+        checks["connections"] = f"{used} of {capacity or 'unbounded'} in use"
         broker_ok, checks["broker"] = request.app.state.dispatcher.ready()
-        ok = ok and broker_ok
+        ok = db_ok and broker_ok
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 

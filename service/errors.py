@@ -9,7 +9,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import sqlalchemy.exc
+
 from clgate.schemas.evaluation_log import loc_to_path
+from clgate.store.db import describe_db_error
 
 log = logging.getLogger("clgate.api")
 
@@ -58,6 +61,15 @@ def install(app: FastAPI) -> None:
             problems.append(f"{path}: {msg}" if path else msg)
         reason = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request"
         return JSONResponse(_body(422, reason, problems), status_code=422)
+
+    @app.exception_handler(sqlalchemy.exc.OperationalError)
+    @app.exception_handler(sqlalchemy.exc.InterfaceError)
+    @app.exception_handler(sqlalchemy.exc.TimeoutError)
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        """A locked, read-only, unreachable or exhausted database: 503 with the reason, never a 500."""
+        reason = describe_db_error(exc)
+        log.warning("database fault on %s %s: %s", request.method, request.url.path, reason)
+        return JSONResponse(_body(503, reason), status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
