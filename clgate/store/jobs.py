@@ -59,6 +59,7 @@ def claim(store: Store, job_id: str, *, actor: str, max_losses: int | None = Non
     lost = case((Job.state == JobState.running.value, 1), else_=0)
     now = utcnow()
     stale = now - dt.timedelta(seconds=store.settings.worker_stale_s)
+    hard_limit = now - dt.timedelta(seconds=store.settings.job_time_limit_s)
     with session_scope(store.sessions) as s:
         attempt = s.execute(
             update(Job)
@@ -67,7 +68,10 @@ def claim(store: Store, job_id: str, *, actor: str, max_losses: int | None = Non
                 or_(
                     Job.state == JobState.queued.value,
                     # running, but its worker went silent: a redelivery after a crash takes it over
-                    (Job.state == JobState.running.value) & or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale),
+                    (Job.state == JobState.running.value)
+                    & or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale)
+                    # … unless that attempt ran past the hard time limit (killed for it: failed, not rerun)
+                    & or_(Job.claimed_at.is_(None), Job.claimed_at > hard_limit),
                 ),
                 Job.cancel_requested.is_(False),
                 Job.worker_losses + lost < cap,
@@ -133,6 +137,10 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
             return JobState.cancelled.value
         if job.state == JobState.running.value and _alive(store, job):
             return job.state  # a duplicate delivery: the job's worker is alive and runs it
+        running_s = _running_s(job)
+        if job.state == JobState.running.value and running_s > store.settings.job_time_limit_s:
+            _finish(s, job, JobState.failed, error=hard_limit_reason(store, running_s), actor=actor)
+            return JobState.failed.value
         losses = job.worker_losses + (1 if job.state == JobState.running.value else 0)
         if losses >= store.settings.max_worker_losses:
             job.worker_losses = losses
@@ -141,6 +149,15 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
             _finish(s, job, JobState.failed, error=error, actor=actor)
             return JobState.failed.value
         return job.state
+
+
+def hard_limit_reason(store: Store, running_s: float) -> str:
+    return f"hard time limit exceeded: ran {running_s:.0f} s (CLGATE_JOB_TIME_LIMIT_S={store.settings.job_time_limit_s})"
+
+
+def _running_s(job: Job) -> float:
+    claimed = as_utc(job.claimed_at or job.started_at)
+    return (utcnow() - claimed).total_seconds() if claimed else 0.0
 
 
 def _alive(store: Store, job: Job) -> bool:
@@ -341,12 +358,14 @@ def reap(store: Store, *, actor: str, assume_lost: bool = False) -> Reaped:
         last = as_utc(heartbeat_at or claimed_at or started_at)
         running_s = (now - claimed).total_seconds() if claimed else 0.0
         silent_s = (now - last).total_seconds() if last else float("inf")
-        if running_s > settings.job_time_limit_s + settings.worker_stale_s:
-            reason = (f"hard time limit exceeded: ran {running_s:.0f} s (CLGATE_JOB_TIME_LIMIT_S="
-                      f"{settings.job_time_limit_s})")
+        past_limit = running_s > settings.job_time_limit_s
+        if past_limit and (silent_s > settings.worker_stale_s
+                           or running_s > settings.job_time_limit_s + settings.worker_stale_s):
+            # killed at the limit (silent since), or still not done one stale period after it
+            reason = hard_limit_reason(store, running_s)
             if _settle_attempt(store, job_id, attempt, JobState.failed, reason, losses, actor):
                 out.failed.append((job_id, reason, worker))
-        elif assume_lost or silent_s > settings.worker_stale_s:
+        elif not past_limit and (assume_lost or silent_s > settings.worker_stale_s):
             lost = losses + 1
             if lost >= settings.max_worker_losses:
                 reason = (f"crashed the worker {lost} times (last: no heartbeat from {worker} for "
