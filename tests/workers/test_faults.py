@@ -140,3 +140,57 @@ def test_redis_restarted_without_persistence_queued_jobs_are_sent_again(tmp_path
             svc.close()
         client.close()
         server.stop()
+
+
+def test_embedded_executor_requeues_a_job_whose_process_died(tmp_path):
+    """The same supervisor for the embedded executor: its job process killed → queued again, run again."""
+    from sqlalchemy import select
+
+    from clgate.store.db import session_scope, upgrade
+    from clgate.store.models import AuditEvent, Job, Policy
+    from clgate.store.settings import Settings
+    from clgate.workers import runner
+    from clgate.workers.embedded import EmbeddedExecutor
+
+    settings = Settings(data_dir=tmp_path / "data", worker_heartbeat_s=0.5, worker_stale_s=3, reaper_interval_s=1)
+    settings.data_dir.mkdir()
+    upgrade(settings.resolved_database_url())
+    ctx = runner.store_for(settings)
+    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
+            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 100}, "device": "cpu"}
+    with session_scope(ctx.sessions) as s:
+        p = Policy(name="p", version="1", document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+                   sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
+        s.add(job)
+        s.flush()
+        job_id = job.id
+
+    def wait(predicate, timeout=120):
+        deadline = time.monotonic() + timeout
+        while True:
+            with ctx.sessions() as s:
+                job = s.get(Job, job_id)
+                if predicate(job):
+                    return job
+            assert time.monotonic() < deadline, (job.state, job.attempts, job.error)
+            time.sleep(0.2)
+
+    executor = EmbeddedExecutor(settings)
+    executor.start()
+    try:
+        executor.submit(job_id, queue="gpu")
+        job = wait(lambda j: j.state == "running" and (j.progress or {}).get("iteration"))
+        os.kill(int(job.worker.rsplit(":", 1)[1]), signal.SIGKILL)
+        job = wait(lambda j: j.attempts == 2 and j.state == "running")
+        assert job.worker_losses == 1
+        with session_scope(ctx.sessions) as s:
+            s.get(Job, job_id).cancel_requested = True
+        assert wait(lambda j: j.state in ("cancelled", "failed", "succeeded")).state == "cancelled"
+        with ctx.sessions() as s:
+            actions = list(s.scalars(select(AuditEvent.action).where(AuditEvent.subject_id == job_id)))
+        assert actions.count("job.requeued") == 1 and actions.count("job.started") == 2, actions
+    finally:
+        executor.shutdown()
