@@ -25,12 +25,22 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# Bounds of a job spec: far above any continual-learning run this service is for, far below what would
+# exhaust a worker (a 1e9-wide layer, 1e12 replay slots, thousands of seeds).
+MAX_HIDDEN = 65_536
+MAX_MEMORY_SIZE = 10_000_000
+MAX_SEEDS = 100
+MAX_ITERATIONS = 10_000_000
+MAX_EPOCHS = 10_000
+MAX_BATCH_SIZE = 65_536
 JOB_FORMAT = "clgate.job/v1"
 
 
@@ -45,7 +55,7 @@ class JobSpecError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------- data
@@ -145,7 +155,7 @@ class ModelSpec(_Strict):
     arch: Literal["mlp", "cnn", "resnet18-slim"] | None = None
     weights: str | None = None
     torchscript: str | None = None
-    hidden: Annotated[int, Field(ge=1)] = 400
+    hidden: Annotated[int, Field(ge=1, le=MAX_HIDDEN)] = 400
     predict_over: Literal["seen", "all"] = "seen"
 
     @model_validator(mode="after")
@@ -169,6 +179,16 @@ class StrategySpec(BaseModel):
 
     name: Annotated[str, Field(min_length=1)] = "finetune"
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("params")
+    @classmethod
+    def _bounded_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, v in value.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{key}: must be a finite number (got {v})")
+            if key.endswith("_size") and isinstance(v, int) and not isinstance(v, bool) and v > MAX_MEMORY_SIZE:
+                raise ValueError(f"{key}: at most {MAX_MEMORY_SIZE} (MAX_MEMORY_SIZE), got {v}")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -196,9 +216,9 @@ class TrainingSpec(_Strict):
     lr: Annotated[float, Field(gt=0)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    epochs: Annotated[int, Field(ge=1)] = 1
-    iterations: Annotated[int, Field(ge=1)] | None = None
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] = 16
+    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] = 1
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
     save_final: bool = Field(
         False, description="Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
@@ -271,7 +291,7 @@ class JobSpec(_Strict):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    seeds: Annotated[list[int], Field(min_length=1)] = Field(default_factory=lambda: [0])
+    seeds: Annotated[list[int], Field(min_length=1, max_length=MAX_SEEDS)] = Field(default_factory=lambda: [0])
     device: str = "auto"
     cpu_threads: Annotated[int, Field(ge=0)] = 1
     checkpoints: list[CheckpointSpec] | None = None
@@ -293,6 +313,14 @@ class JobSpec(_Strict):
                 raise ValueError(f"{value!r} is not a comma-separated list of integers") from None
         if isinstance(value, int):
             return [value]
+        return value
+
+    @field_validator("cpu_threads")
+    @classmethod
+    def _at_most_the_cores(cls, value: int) -> int:
+        cores = os.cpu_count() or 1
+        if value > cores:
+            raise ValueError(f"at most the machine's {cores} cores (got {value})")
         return value
 
     @field_validator("seeds")

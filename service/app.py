@@ -22,7 +22,7 @@ from clgate.service import errors
 from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
-from clgate.service.limits import AdmissionLimit
+from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import StoreCollector
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
@@ -84,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.add_middleware(AdmissionLimit, limit=settings.api_concurrency)
+    app.add_middleware(RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth)
 
     v1 = APIRouter(prefix="/v1")
     for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):

@@ -49,6 +49,20 @@ def load_log(path: Path):
         raise InputProblem(exc.problems) from None
 
 
+def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
+    """Refuse an NPZ data set whose decompressed size or sample count exceeds the limits, before loading it."""
+    from clgate.engine.data import check_npz_limits
+
+    data = getattr(spec, "data", None)
+    raw = getattr(data, "path", None)
+    if getattr(data, "kind", None) != "npz" or not raw:
+        return
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
+    if problems:
+        raise InputProblem([f"data: {p}" for p in problems])
+
+
 def run_engine(
     spec,
     out_dir: Path,

@@ -229,6 +229,8 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
         return str(link)
 
     job_spec = core.parse_job_spec(resolve_refs(spec, path_of))
+    core.check_data_limits(job_spec, inputs, max_bytes=store.settings.max_npz_bytes,
+                           max_samples=store.settings.max_samples)
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)
     stop_state = {"stop": False}
 

@@ -198,6 +198,37 @@ def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
     return ds
 
 
+def check_npz_limits(path: str | Path, *, max_bytes: int, max_samples: int) -> list[str]:
+    """Why an ``.npz`` is too large to load (``[]`` when it is not), from its zip directory and ``.npy``
+    headers only: a decompression bomb (a few MB inflating to GBs) is refused before anything is allocated.
+
+    ``max_bytes`` bounds the decompressed total, ``max_samples`` the rows of each array.
+    """
+    path = Path(path)
+    problems: list[str] = []
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            total = sum(info.file_size for info in infos)
+            if total > max_bytes:
+                problems.append(f"{path.name}: decompresses to {total} bytes, more than {max_bytes} "
+                                "(CLGATE_MAX_NPZ_BYTES)")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue
+                with archive.open(info) as member:
+                    major, _minor = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    shape, _fortran, _dtype = read(member)
+                rows = shape[0] if shape else 1
+                if rows > max_samples:
+                    problems.append(f"{path.name}: {info.filename[:-4]} has {rows} samples, more than {max_samples} "
+                                    "(CLGATE_MAX_SAMPLES)")
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return problems  # not an archive, or a damaged one: the loader says why
+    return problems
+
+
 def load_npz(path: str | Path) -> Dataset:
     """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
     path = Path(path)

@@ -146,14 +146,20 @@ CL_CRITERIA: tuple[str, ...] = ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime",
 """The criteria of cl_score / cl_stability, in the order of the spec (weights follow this order)."""
 
 
+# The longest window (evaluation points) a metric or a policy may name: far beyond any real log, and small
+# enough that every computation with it stays in machine integers.
+MAX_WINDOW = 1_000_000
+
+
 def check_window(window: int) -> int:
-    """Validate one window length (evaluation points); returns it as ``int``."""
+    """Validate one window length (evaluation points, 2 … :data:`MAX_WINDOW`); returns it as ``int``."""
     try:
         w = operator.index(window)  # int, numpy integers; not floats or bools
     except TypeError:
         w = None
-    if w is None or isinstance(window, bool) or w < 2:
-        raise ValueError(f"windows: a window counts evaluation points and must be an integer ≥ 2, got {window!r}")
+    if w is None or isinstance(window, bool) or w < 2 or w > MAX_WINDOW:
+        raise ValueError(f"windows: a window counts evaluation points and must be an integer from 2 to "
+                         f"{MAX_WINDOW} (MAX_WINDOW), got {window!r}")
     return w
 
 
@@ -172,13 +178,14 @@ def metric_info(metric_id: str) -> MetricInfo:
     if metric_id in REGISTRY:
         return REGISTRY[metric_id]
     match = _WINDOWED_ID.match(metric_id) if isinstance(metric_id, str) else None
-    if match and int(match.group(2)) >= 2 and not match.group(2).startswith("0"):
+    if match and len(match.group(2)) <= len(str(MAX_WINDOW)) and 2 <= int(match.group(2)) <= MAX_WINDOW \
+            and not match.group(2).startswith("0"):
         family = WINDOWED[match.group(1)]
         w = int(match.group(2))
         return replace(family, id=metric_id, name=f"{family.name} (w = {w})")
     known = ", ".join(REGISTRY)
     raise KeyError(
-        f"unknown metric id {metric_id!r}; known ids: {known}, and wf{{w}} / wp{{w}} for a window w ≥ 2 (e.g. wf10)"
+        f"unknown metric id {metric_id!r}; known ids: {known}, and wf{{w}} / wp{{w}} for a window 2 ≤ w ≤ {MAX_WINDOW} (e.g. wf10)"
     )
 
 

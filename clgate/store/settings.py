@@ -61,6 +61,14 @@ class Settings(BaseSettings):
         "holding the other.",
     )
     db_pool_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    max_json_bytes: Annotated[int, Field(gt=0)] = Field(1 * MiB, description="Largest JSON request body (413).")
+    max_json_depth: Annotated[int, Field(ge=2, le=200)] = Field(32, description="Deepest JSON nesting (422).")
+    max_npz_bytes: Annotated[int, Field(gt=0)] = Field(
+        2048 * MiB, description="Largest decompressed size of an NPZ data set, checked before loading it (422).",
+    )
+    max_samples: Annotated[int, Field(gt=0)] = Field(
+        5_000_000, description="Most samples (rows) in one array of a data set, checked before loading it (422).",
+    )
     db_busy_timeout_s: Annotated[float, Field(gt=0, le=300)] = Field(
         5.0, description="How long a statement waits for a locked database (SQLite) before the request gets 503.",
     )

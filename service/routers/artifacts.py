@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from clgate.schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
 from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
 from clgate.store.db import audit, session_scope
 from clgate.store.models import Artifact
@@ -87,7 +88,7 @@ async def upload_artifact(
 def list_artifacts(
     session: SessionDep, _: Viewer,
     kind: ArtifactKind | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = select(Artifact)

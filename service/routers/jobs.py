@@ -33,6 +33,7 @@ from clgate.schemas.api import (
 )
 from clgate.service.deps import Approver, DispatcherDep, SessionDep, StoreDep, Submitter, Viewer, actor
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.service.routers.policies import find as find_policy
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import audit
@@ -218,7 +219,7 @@ def list_jobs(
     session: SessionDep, _: Viewer,
     state: State | None = None, mode: Mode | None = None, model_name: str | None = None,
     verdict: Verdict | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = _query()
     if state:
