@@ -54,6 +54,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
         store = open_store(settings, migrate=settings.auto_migrate)
         engine, sessions = store.engine, store.sessions
+        swept = store.artifacts.sweep_orphans(older_than_s=settings.orphan_upload_age_s)
+        if swept:
+            log.warning("removed %d orphan upload files left by an interrupted upload", len(swept))
         wait_for_schema(engine, timeout_s=30)
         if settings.bootstrap_admin_key:
             bootstrap_admin(sessions, settings.bootstrap_admin_key)

@@ -40,13 +40,39 @@ def parse_job_spec(document: dict[str, Any]):
 
 
 def load_log(path: Path):
-    """A validated :class:`schemas.EvaluationLog`; raises :class:`InputProblem`."""
+    """A validated :class:`schemas.EvaluationLog`, JSON or JSON Lines; raises :class:`InputProblem`.
+
+    Stored artifacts have no suffix, so the format is read from the content: JSON Lines when the first
+    line is a whole JSON object and more lines follow.
+    """
     from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     try:
+        if path.suffix != ".jsonl" and _is_json_lines(path):
+            try:
+                return EvaluationLog.from_jsonl(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                from pydantic import ValidationError
+
+                from clgate.schemas.evaluation_log import format_validation_error
+
+                problems = format_validation_error(exc) if isinstance(exc, ValidationError) else [str(exc)]
+                raise EvaluationLogError(problems, str(path)) from None
         return EvaluationLog.load(path)
     except EvaluationLogError as exc:
         raise InputProblem(exc.problems) from None
+
+
+def _is_json_lines(path: Path) -> bool:
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+            rest = f.read(1 << 16).strip()
+        return bool(rest) and isinstance(json.loads(first), dict)
+    except (OSError, ValueError):
+        return False
 
 
 def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:

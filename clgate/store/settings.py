@@ -61,6 +61,9 @@ class Settings(BaseSettings):
         "holding the other.",
     )
     db_pool_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    orphan_upload_age_s: Annotated[float, Field(ge=0)] = Field(
+        3600.0, description="At start the API deletes temporary upload files untouched for this long.",
+    )
     max_json_bytes: Annotated[int, Field(gt=0)] = Field(1 * MiB, description="Largest JSON request body (413).")
     max_json_depth: Annotated[int, Field(ge=2, le=200)] = Field(32, description="Deepest JSON nesting (422).")
     max_npz_bytes: Annotated[int, Field(gt=0)] = Field(
