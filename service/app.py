@@ -92,13 +92,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     v1 = APIRouter(prefix="/v1")
     for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):
         v1.include_router(router)
-    app.include_router(v1)
+    app.include_router(v1, responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness: the process answers")
     def healthz() -> Health:
         return Health(status="ok")
 
-    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Health}},
+    @app.get("/readyz", response_model=Health, tags=["health"],
+             responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
              summary="Readiness: database writable, connections free, broker reachable")
     def readyz(request: Request):
         checks: dict[str, str] = {}
@@ -115,7 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 
-    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)")
+    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)",
+             responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)})
     def metrics(request: Request, _: Viewer) -> Response:
         return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
 

@@ -50,7 +50,7 @@ async def upload_artifact(
     kind: Annotated[ArtifactKind, Query(description="model, data, log, spec, other")] = "other",
     filename: Annotated[str | None, Query(max_length=255, pattern=r"^[^/\\]+$")] = None,
     sha256: Annotated[str | None, Query(description="Expected sha256 (checked after upload)")] = None,
-    content_length: Annotated[int | None, Header()] = None,
+    content_length: Annotated[int | None, Header(include_in_schema=False)] = None,  # set by the HTTP client
 ):
     limit = settings.max_upload_bytes
     if content_length is not None and content_length > limit:
