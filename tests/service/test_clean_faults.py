@@ -58,3 +58,34 @@ def test_json_lines_log_in_a_metrics_job(api, example_log):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert state["state"] == "succeeded" and state["verdict"] == "PASS", state
+
+
+def test_readyz_reports_pool_exhaustion(app_factory, test_client_class):
+    app, settings = app_factory(api_concurrency=1, db_pool_timeout_s=1)
+    with test_client_class(app) as client:
+        engine = app.state.engine
+        held = [engine.connect() for _ in range(settings.db_pool_size)]
+        try:
+            r = client.get("/readyz")
+            assert r.status_code == 503 and "pool exhausted" in r.json()["checks"]["database"], r.text
+            r = client.get("/v1/jobs", headers={"X-API-Key": ADMIN_KEY})
+            assert r.status_code == 503 and "pool exhausted" in r.json()["reason"], r.text
+        finally:
+            for conn in held:
+                conn.close()
+        assert client.get("/readyz").status_code == 200
+
+
+def test_broker_down_submission_creates_no_job(app_factory, test_client_class, example_log):
+    """Celery mode with Redis unreachable: 503 naming the queue, and no job exists (atomic submission)."""
+    from tests.fixtures.service import free_port
+
+    app, _ = app_factory(broker_url=f"redis://127.0.0.1:{free_port()}/0")
+    h = {"X-API-Key": ADMIN_KEY}
+    with test_client_class(app) as client:
+        client.post("/v1/policies", json=POLICY, headers=h).raise_for_status()
+        ref = client.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
+        r = client.post("/v1/jobs", json={"mode": "metrics", "model_name": "down", "logs": [ref],
+                                          "policy": {"name": "c", "version": "1"}}, headers=h)
+        assert r.status_code == 503 and "no job was created" in r.json()["reason"], r.text
+        assert client.get("/v1/jobs", headers=h).json()["count"] == 0
