@@ -41,6 +41,7 @@ MAX_SEEDS = 100
 MAX_ITERATIONS = 10_000_000
 MAX_EPOCHS = 10_000
 MAX_BATCH_SIZE = 65_536
+MAX_IMAGE_SIDE = 4096
 JOB_FORMAT = "clgate.job/v1"
 
 
@@ -83,7 +84,7 @@ class ImageFolderData(_Strict):
 
     kind: Literal["image_folder"] = "image_folder"
     path: str
-    size: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] = (32, 32)
+    size: tuple[Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]] = (32, 32)
     color: Literal["L", "RGB"] = "RGB"
 
 
@@ -91,10 +92,10 @@ class SyntheticData(_Strict):
     """Gaussian class clusters (for tests and smoke runs); deterministic for a given ``seed``."""
 
     kind: Literal["synthetic"] = "synthetic"
-    n_classes: Annotated[int, Field(ge=2)] = 6
-    n_features: Annotated[int, Field(ge=1)] = 16
-    train_per_class: Annotated[int, Field(ge=1)] = 50
-    test_per_class: Annotated[int, Field(ge=1)] = 20
+    n_classes: Annotated[int, Field(ge=2, le=10_000)] = 6
+    n_features: Annotated[int, Field(ge=1, le=MAX_HIDDEN)] = 16
+    train_per_class: Annotated[int, Field(ge=1, le=100_000)] = 50
+    test_per_class: Annotated[int, Field(ge=1, le=100_000)] = 20
     separation: Annotated[float, Field(gt=0)] = 3.0
     seed: int = 0
 

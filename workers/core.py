@@ -76,15 +76,22 @@ def _is_json_lines(path: Path) -> bool:
 
 
 def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
-    """Refuse an NPZ data set whose decompressed size or sample count exceeds the limits, before loading it."""
+    """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
     from clgate.engine.data import check_npz_limits
+
+    from clgate.engine.data import check_image_folder_limits
 
     data = getattr(spec, "data", None)
     raw = getattr(data, "path", None)
-    if getattr(data, "kind", None) != "npz" or not raw:
+    kind = getattr(data, "kind", None)
+    if kind not in ("npz", "image_folder") or not raw:
         return
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
+    if kind == "npz":
+        problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
+    else:
+        problems = check_image_folder_limits(path, size=tuple(data.size), color=data.color, max_bytes=max_bytes,
+                                             max_samples=max_samples)
     if problems:
         raise InputProblem([f"data: {p}" for p in problems])
 

@@ -229,6 +229,44 @@ def check_npz_limits(path: str | Path, *, max_bytes: int, max_samples: int) -> l
     return problems
 
 
+def check_image_folder_limits(
+    path: str | Path, *, size: tuple[int, int], color: str, max_bytes: int, max_samples: int
+) -> list[str]:
+    """Why an image folder is too large to load (``[]`` when it is not), from file counts and image headers
+    only: more than ``max_samples`` images, decoded arrays over ``max_bytes``, or one image whose header
+    declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded).
+    """
+    import warnings
+
+    from PIL import Image
+
+    root = Path(path)
+    problems: list[str] = []
+    files = [f for split in ("train", "test") if (root / split).is_dir()
+             for f in (root / split).glob("*/*") if f.is_file() and not f.name.startswith(".")]
+    if len(files) > max_samples:
+        problems.append(f"{root.name}: {len(files)} images, more than {max_samples} (CLGATE_MAX_SAMPLES)")
+    decoded = len(files) * size[0] * size[1] * (1 if color == "L" else 3) * 4  # float32 after scaling
+    if decoded > max_bytes:
+        problems.append(f"{root.name}: {decoded} bytes once decoded, more than {max_bytes} (CLGATE_MAX_NPZ_BYTES)")
+    limit = Image.MAX_IMAGE_PIXELS or 89_478_485
+    for f in files[: max_samples]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(f) as img:  # reads the header only
+                    width, height = img.size
+        except Image.DecompressionBombError as exc:
+            problems.append(f"{f.name}: {exc} (decompression bomb)")
+            break
+        except Exception:  # noqa: BLE001 - an unreadable file: the loader says why
+            continue
+        if width * height > limit:
+            problems.append(f"{f.name}: {width}x{height} pixels, more than {limit} (decompression bomb)")
+            break
+    return problems
+
+
 def load_npz(path: str | Path) -> Dataset:
     """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
     path = Path(path)

@@ -141,3 +141,29 @@ def test_a_job_with_a_bomb_npz_fails_with_the_limit(tmp_path):
     with ctx.sessions() as s:
         error = s.get(Job, job_id).error
     assert "CLGATE_MAX_NPZ_BYTES" in error, error
+
+
+def test_image_folder_bomb_and_counts_are_refused_from_headers(tmp_path):
+    from PIL import Image
+
+    from clgate.engine.data import check_image_folder_limits
+
+    for split in ("train", "test"):
+        for cls in ("a", "b"):
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(3):
+                Image.new("L", (8, 8)).save(tmp_path / split / cls / f"{i}.png")
+    # a PNG whose header declares 20000 x 20000 pixels, tiny on disk
+    Image.new("1", (20000, 20000)).save(tmp_path / "train" / "a" / "bomb.png")
+    ok = dict(size=(32, 32), color="L", max_bytes=10**9, max_samples=10**6)
+    problems = check_image_folder_limits(tmp_path, **ok)
+    assert len(problems) == 1 and "decompression bomb" in problems[0]
+    (tmp_path / "train" / "a" / "bomb.png").unlink()
+    assert check_image_folder_limits(tmp_path, **ok) == []
+    assert "CLGATE_MAX_SAMPLES" in check_image_folder_limits(tmp_path, **{**ok, "max_samples": 5})[0]
+    assert "CLGATE_MAX_NPZ_BYTES" in check_image_folder_limits(tmp_path, **{**ok, "max_bytes": 1000})[0]
+
+
+def test_data_sizes_are_bounded(submit):
+    r = submit(_spec(data={"kind": "synthetic", "train_per_class": 10**9}))
+    assert r.status_code == 422 and "100000" in " ".join(r.json()["problems"]), r.text
