@@ -11,6 +11,7 @@ limit wait here, in the event loop, holding neither. Health probes are never hel
 from __future__ import annotations
 
 import asyncio
+import math
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -145,7 +146,7 @@ def check_json(body: bytes, *, max_depth: int) -> str | None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-        elif isinstance(item, float) and item != item or item in (float("inf"), float("-inf")):
+        elif isinstance(item, float) and not math.isfinite(item):
             return "numbers must be finite"
     return None
 

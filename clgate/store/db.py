@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,7 +44,7 @@ def make_engine(
             try:
                 cursor.execute("PRAGMA journal_mode=WAL")
             except Exception:  # noqa: BLE001 - a read-only database keeps its mode; writes then fail with 503
-                pass
+                logging.getLogger("clgate.store").warning("SQLite WAL mode not set", exc_info=True)
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()

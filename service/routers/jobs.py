@@ -210,8 +210,9 @@ def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher
               logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
               policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={},
               idempotency_key=scoped, request_sha256=digest)
-    return _create(session, dispatcher, job, actor(key), dict(
-        mode=job.mode, model_name=job.model_name, policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline))
+    return _create(session, dispatcher, job, actor(key), {
+        "mode": job.mode, "model_name": job.model_name, "policy": f"{policy.name}@{policy.version}",
+        "baseline_job_id": baseline})
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
@@ -325,8 +326,9 @@ def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher:
     job = Job(mode="regate", queue=queue_for("regate"), model_name=source.model_name, policy_id=policy.id,
               baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key), progress={},
               idempotency_key=scoped, request_sha256=digest)
-    return _create(session, dispatcher, job, actor(key), dict(
-        mode="regate", source_job_id=source.id, policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline))
+    return _create(session, dispatcher, job, actor(key), {
+        "mode": "regate", "source_job_id": source.id, "policy": f"{policy.name}@{policy.version}",
+        "baseline_job_id": baseline})
 
 
 @router.post("/{job_id}/waivers", response_model=WaiverPublic, status_code=status.HTTP_201_CREATED,

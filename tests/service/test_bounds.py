@@ -64,8 +64,8 @@ def test_spec_sizes_are_bounded(submit, field, value, words):
 
 @pytest.mark.parametrize("text", ["Infinity", "-Infinity", "NaN", "1e999"])
 def test_non_finite_numbers_are_refused(api, text):
-    body = '{"mode": "retrain", "model_name": "b", "policy": {"name": "b", "version": "1"}, ' \
-           '"spec": {"data": "digits", "scenario": {"n_tasks": 5}, "training": {"lr": %s}}}' % text
+    body = ('{"mode": "retrain", "model_name": "b", "policy": {"name": "b", "version": "1"}, '
+            f'"spec": {{"data": "digits", "scenario": {{"n_tasks": 5}}, "training": {{"lr": {text}}}}}}}')
     r = api.post("/v1/jobs", content=body, headers={**api.as_role("submitter"), "content-type": "application/json"})
     assert r.status_code == 422 and "finite" in r.json()["reason"], r.text
 
@@ -155,7 +155,7 @@ def test_image_folder_bomb_and_counts_are_refused_from_headers(tmp_path):
                 Image.new("L", (8, 8)).save(tmp_path / split / cls / f"{i}.png")
     # a PNG whose header declares 20000 x 20000 pixels, tiny on disk
     Image.new("1", (20000, 20000)).save(tmp_path / "train" / "a" / "bomb.png")
-    ok = dict(size=(32, 32), color="L", max_bytes=10**9, max_samples=10**6)
+    ok = {"size": (32, 32), "color": "L", "max_bytes": 10**9, "max_samples": 10**6}
     problems = check_image_folder_limits(tmp_path, **ok)
     assert len(problems) == 1 and "decompression bomb" in problems[0]
     (tmp_path / "train" / "a" / "bomb.png").unlink()

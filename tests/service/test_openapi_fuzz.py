@@ -28,7 +28,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(embedded_service, tmp
             "--checks", CHECKS, "--max-examples", "8", "--max-time", "180", "--workers", "2", "--seed", "11",
             "--generation-allow-x00", "true", "--continue-on-failure", "--no-shrink", "--warnings", "off",
             "--report", "junit", "--report-dir", str(tmp_path / "report")]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     summary = done.stdout[-6000:]
     assert done.returncode == 0, summary
     assert "Tested:" in summary and "failure" not in summary.split("SUMMARY")[-1].lower(), summary
