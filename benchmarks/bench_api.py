@@ -2,6 +2,10 @@
 and the service's overhead on one digits job against running the same job directly.
 
     .venv/bin/python benchmarks/bench_api.py [--clients 8] [--seconds 10] [--max-requests 5000]
+        [--levels 8,64,200] [--skip-digits]
+
+0. At 8, 64 and 200 concurrent clients (``--levels``): reads only (GET /v1/jobs/{id}), then metrics-only
+   submissions only (POST /v1/jobs): requests/s, p50, p99 and errors per level (goal: zero errors).
 
 1. N concurrent clients for a bounded time (and a bounded number of requests), twice: reading job
    status only (GET /v1/jobs/{id}), then 90 % reads and 10 % metrics-only submissions (POST
@@ -98,7 +102,7 @@ def load(url: str, *, clients: int, seconds: float, max_requests: int, job_ids: 
 
     def client_loop(seed: int) -> None:
         rng = random.Random(seed)
-        with httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=10) as c:
+        with httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=60) as c:
             while time.monotonic() < stop_at and budget.acquire(blocking=False):
                 write = rng.random() < write_share
                 t0 = time.perf_counter()
@@ -169,7 +173,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--max-requests", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=2, help="digits jobs per side (service / direct)")
+    parser.add_argument("--levels", default="8,64,200",
+                        help="concurrent clients of the reads-only and submissions-only phases")
+    parser.add_argument("--skip-digits", action="store_true", help="only the load phases (no digits job timing)")
     args = parser.parse_args()
+    levels = [int(n) for n in args.levels.split(",") if n.strip()]
 
     import yaml
 
@@ -185,26 +193,41 @@ def main() -> None:
         log_ref = c.post("/v1/artifacts", params={"kind": "log"}, content=LOG.read_bytes()).json()["ref"]
 
         # ---- the service's overhead on one digits job, alternating with the direct command
-        direct_in_process(spec, tmp / "warm-up")  # imports, first-call costs: both sides measured warm
-        warm = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
-                                        "policy": {"name": "digits-release", "version": "1"}}).json()
-        wait_job(c, warm["id"])  # starts the embedded worker process and its imports
         service_s, inside_s, direct_s, run_s, lib_s = [], [], [], [], []
-        for i in range(args.repeats):
-            t0 = time.perf_counter()
-            job = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
-                                           "policy": {"name": "digits-release", "version": "1"}}).json()
-            job = wait_job(c, job["id"])
-            service_s.append(time.perf_counter() - t0)
-            inside_s.append(job["duration_s"])
-            assert job["state"] == "succeeded", job
-            direct_s.append(direct_run(spec_path, tmp / f"direct-{i}", gate=True))
-            run_s.append(direct_run(spec_path, tmp / f"run-{i}", gate=False))
-            lib_s.append(direct_in_process(spec, tmp / f"lib-{i}"))
-            print(f"digits job {i + 1}: service {service_s[-1]:.2f} s (worker {inside_s[-1]:.2f} s), "
-                  f"library in process {lib_s[-1]:.2f} s, clgate gate --job {direct_s[-1]:.2f} s, "
-                  f"clgate run {run_s[-1]:.2f} s", flush=True)
+        if args.skip_digits:
+            args.repeats = 0
+        else:
+            direct_in_process(spec, tmp / "warm-up")  # imports, first-call costs: both sides measured warm
+            warm = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
+                                            "policy": {"name": "digits-release", "version": "1"}}).json()
+            wait_job(c, warm["id"])  # starts the embedded worker process and its imports
+            for i in range(args.repeats):
+                t0 = time.perf_counter()
+                job = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
+                                               "policy": {"name": "digits-release", "version": "1"}}).json()
+                job = wait_job(c, job["id"])
+                service_s.append(time.perf_counter() - t0)
+                inside_s.append(job["duration_s"])
+                assert job["state"] == "succeeded", job
+                direct_s.append(direct_run(spec_path, tmp / f"direct-{i}", gate=True))
+                run_s.append(direct_run(spec_path, tmp / f"run-{i}", gate=False))
+                lib_s.append(direct_in_process(spec, tmp / f"lib-{i}"))
+                print(f"digits job {i + 1}: service {service_s[-1]:.2f} s (worker {inside_s[-1]:.2f} s), "
+                      f"library in process {lib_s[-1]:.2f} s, clgate gate --job {direct_s[-1]:.2f} s, "
+                      f"clgate run {run_s[-1]:.2f} s", flush=True)
+        for _ in range(3):  # a few finished jobs to read
+            wait_job(c, c.post("/v1/jobs", json={"mode": "metrics", "model_name": "bench", "logs": [log_ref],
+                                                 "policy": {"name": "digits-release", "version": "1"},
+                                                 "baseline": "none"}).json()["id"])
         job_ids = [j["id"] for j in c.get("/v1/jobs").json()["data"]]
+
+        # ---- concurrency levels: reads only, then submissions only, at each level
+        by_level = {}
+        for n in levels:
+            for kind, share in (("reads", 0.0), ("submissions", 1.0)):
+                by_level[(n, kind)] = load(url, clients=n, seconds=args.seconds,
+                                           max_requests=min(args.max_requests, 5 * n if share else 20 * n),
+                                           job_ids=job_ids, log_ref=log_ref, write_share=share)
 
         # ---- load: status reads only, then reads with 10 % metrics-only submissions (which then run)
         phases = {
@@ -223,6 +246,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     ms = 1000.0
+    print(f"{'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for (n, kind), result in by_level.items():
+        times = result["reads"] + result["writes"]
+        print(f"{n:>8} {kind:<12} {len(times):>8} {len(times) / result['elapsed']:>8.1f} "
+              f"{pct(times, .5) * ms:>8.1f} {pct(times, .99) * ms:>8.1f} {len(result['errors']):>7}"
+              + (f"  e.g. {result['errors'][0]}" if result["errors"] else ""))
     for name, result in phases.items():
         reads, writes, errors = result["reads"], result["writes"], result["errors"]
         total = len(reads) + len(writes)
@@ -235,6 +264,8 @@ def main() -> None:
         print(f"  errors                {len(errors):8d}        (goal 0){'  e.g. ' + errors[0] if errors else ''}")
         print(f"  ratio read p99 / 50 ms {pct(reads, .99) * ms / 50:7.3f}   (goal < 1)")
     print(f"metrics-only jobs stored by the load: {queued}")
+    if not service_s:
+        return
     svc, wrk, direct = statistics.median(service_s), statistics.median(inside_s), statistics.median(direct_s)
     run_only, lib = statistics.median(run_s), statistics.median(lib_s)
     print("digits job (examples/jobs/digits-er.yaml, CPU), medians of", args.repeats)

@@ -21,7 +21,15 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    """A stored time is UTC; SQLite hands it back naive, so it is marked UTC before it is answered."""
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+UtcDatetime = Annotated[dt.datetime, AfterValidator(_utc),
+                        Field(description="RFC 3339 date-time in UTC, always with its offset.")]
 
 from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
 from clgate.schemas.vocab import JobMode as Mode
@@ -73,7 +81,7 @@ class ArtifactPublic(BaseModel):
     size: int
     kind: str
     filename: str | None
-    created_at: dt.datetime
+    created_at: UtcDatetime
     created_by: str | None
 
 
@@ -149,9 +157,9 @@ class JobPublic(BaseModel):
     error: str | None
     submitted_by: str | None
     worker: str | None = Field(None, description="host:pid of the process that ran (or runs) the job.")
-    created_at: dt.datetime
-    started_at: dt.datetime | None
-    finished_at: dt.datetime | None
+    created_at: UtcDatetime
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
     duration_s: float | None
     verdict: Verdict | None = None
     waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
@@ -195,8 +203,8 @@ class WaiverPublic(BaseModel):
     decision_id: str
     justification: str
     approver: str
-    created_at: dt.datetime
-    expires_at: dt.datetime | None
+    created_at: UtcDatetime
+    expires_at: UtcDatetime | None
     record_hash: str | None = Field(None, description="The waiver's link in its hash chain (`clgate audit verify`).")
 
 
@@ -208,7 +216,7 @@ class DecisionPublic(BaseModel):
     verdict: Verdict
     headline: dict[str, Any]
     document: dict[str, Any] = Field(description="The gate decision as the gate wrote it (decision.json).")
-    created_at: dt.datetime
+    created_at: UtcDatetime
     record_hash: str | None = Field(None, description="The decision's link in its hash chain (`clgate audit verify`).")
     waivers: list[WaiverPublic] = Field(default_factory=list)
 
@@ -218,7 +226,7 @@ class PolicyVersionPublic(BaseModel):
     name: str
     version: str
     sha256: str
-    created_at: dt.datetime
+    created_at: UtcDatetime
     created_by: str | None
     document: dict[str, Any]
 
@@ -238,7 +246,7 @@ class BaselinePublic(BaseModel):
     model_name: str
     job_id: str
     set_by: str
-    set_at: dt.datetime
+    set_at: UtcDatetime
 
 
 class BaselinesPublic(BaseModel):
@@ -248,7 +256,7 @@ class BaselinesPublic(BaseModel):
 
 class AuditEventPublic(BaseModel):
     id: int
-    at: dt.datetime
+    at: UtcDatetime
     actor: str
     action: str
     subject_type: str
@@ -285,8 +293,8 @@ class KeyPublic(BaseModel):
     name: str
     role: Role
     project: str
-    created_at: dt.datetime
-    revoked_at: dt.datetime | None
+    created_at: UtcDatetime
+    revoked_at: UtcDatetime | None
 
 
 class KeysPublic(BaseModel):

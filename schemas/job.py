@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -34,6 +36,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from clgate.schemas.errors import InputError, parse_document, read_text, validate
 from clgate.schemas.vocab import EngineMode
 
+
+# Bounds of a job spec: far above any continual-learning run this service is for, far below what would
+# exhaust a worker (a 1e9-wide layer, 1e12 replay slots, thousands of seeds).
+MAX_HIDDEN = 65_536
+MAX_MEMORY_SIZE = 10_000_000
+MAX_SEEDS = 100
+MAX_ITERATIONS = 10_000_000
+MAX_EPOCHS = 10_000
+MAX_BATCH_SIZE = 65_536
+MAX_IMAGE_SIDE = 4096
 JOB_FORMAT: Final = "clgate.job/v1"
 
 
@@ -44,7 +56,7 @@ class JobSpecError(InputError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------- data
@@ -76,7 +88,7 @@ class ImageFolderData(_Strict):
 
     kind: Literal["image_folder"] = "image_folder"
     path: str
-    size: tuple[Annotated[int, Field(gt=0)], Annotated[int, Field(gt=0)]] = (32, 32)
+    size: tuple[Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]] = (32, 32)
     color: Literal["L", "RGB"] = "RGB"
 
 
@@ -84,10 +96,10 @@ class SyntheticData(_Strict):
     """Gaussian class clusters (for tests and smoke runs); deterministic for a given ``seed``."""
 
     kind: Literal["synthetic"] = "synthetic"
-    n_classes: Annotated[int, Field(ge=2)] = 6
-    n_features: Annotated[int, Field(ge=1)] = 16
-    train_per_class: Annotated[int, Field(ge=1)] = 50
-    test_per_class: Annotated[int, Field(ge=1)] = 20
+    n_classes: Annotated[int, Field(ge=2, le=10_000)] = 6
+    n_features: Annotated[int, Field(ge=1, le=MAX_HIDDEN)] = 16
+    train_per_class: Annotated[int, Field(ge=1, le=100_000)] = 50
+    test_per_class: Annotated[int, Field(ge=1, le=100_000)] = 20
     separation: Annotated[float, Field(gt=0)] = 3.0
     seed: int = 0
 
@@ -152,7 +164,7 @@ class ModelSpec(_Strict):
     )
     weights: str | None = None
     torchscript: str | None = None
-    hidden: Annotated[int, Field(ge=1)] = 400
+    hidden: Annotated[int, Field(ge=1, le=MAX_HIDDEN)] = 400
     predict_over: Literal["seen", "all"] = "seen"
     head: Literal["fixed", "growing"] = Field(
         "fixed",
@@ -196,6 +208,16 @@ class StrategySpec(BaseModel):
     name: Annotated[str, Field(min_length=1)] = "finetune"
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("params")
+    @classmethod
+    def _bounded_params(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, v in value.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ValueError(f"{key}: must be a finite number (got {v})")
+            if key.endswith("_size") and isinstance(v, int) and not isinstance(v, bool) and v > MAX_MEMORY_SIZE:
+                raise ValueError(f"{key}: at most {MAX_MEMORY_SIZE} (MAX_MEMORY_SIZE), got {v}")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _flat_params(cls, data: Any) -> Any:
@@ -222,9 +244,9 @@ class TrainingSpec(_Strict):
     lr: Annotated[float, Field(gt=0)] = 0.05
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    batch_size: Annotated[int, Field(ge=1)] = 16
-    epochs: Annotated[int, Field(ge=1)] = 1
-    iterations: Annotated[int, Field(ge=1)] | None = None
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)] = 16
+    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] = 1
+    iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
     save_final: bool = Field(
         False, description=(
@@ -303,7 +325,7 @@ class JobSpec(_Strict):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    seeds: Annotated[list[int], Field(min_length=1)] = Field(default_factory=lambda: [0])
+    seeds: Annotated[list[int], Field(min_length=1, max_length=MAX_SEEDS)] = Field(default_factory=lambda: [0])
     device: str = "auto"
     cpu_threads: Annotated[int, Field(ge=0)] = 1
     checkpoints: list[CheckpointSpec] | None = None
@@ -325,6 +347,14 @@ class JobSpec(_Strict):
                 raise ValueError(f"{value!r} is not a comma-separated list of integers") from None
         if isinstance(value, int):
             return [value]
+        return value
+
+    @field_validator("cpu_threads")
+    @classmethod
+    def _at_most_the_cores(cls, value: int) -> int:
+        cores = os.cpu_count() or 1
+        if value > cores:
+            raise ValueError(f"at most the machine's {cores} cores (got {value})")
         return value
 
     @field_validator("seeds")

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
@@ -26,10 +26,11 @@ from clgate.service import errors
 from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
+from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
-from clgate.store.db import session_scope, wait_for_schema
+from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
 from clgate.store.settings import Settings, load_settings
 from clgate.store.models import ApiKey
 from clgate.workers.sandbox import warn_if_unconfined
@@ -52,8 +53,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        import anyio.to_thread
+
+        # one worker thread per admitted request, plus the health probes and background calls
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.db_pool_size
         store = open_store(settings, migrate=settings.auto_migrate)
         engine, sessions = store.engine, store.sessions
+        swept = store.artifacts.sweep_orphans(older_than_s=settings.orphan_upload_age_s)
+        if swept:
+            log.warning("removed %d orphan upload files left by an interrupted upload", len(swept))
         wait_for_schema(engine, timeout_s=30)
         if settings.bootstrap_admin_key:
             bootstrap_admin(sessions, settings.bootstrap_admin_key)
@@ -89,29 +97,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
+    app.add_middleware(AdmissionLimit, limit=settings.api_concurrency)
+    app.add_middleware(RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth)
 
     v1 = APIRouter(prefix="/v1")
     for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):
         v1.include_router(router)
-    app.include_router(v1)
+    app.include_router(v1, responses=errors.ERROR_RESPONSES)
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="Liveness: the process answers")
     def healthz() -> Health:
         return Health(status="ok")
 
-    @app.get("/readyz", response_model=Health, tags=["health"], responses={503: {"model": Health}},
-             summary="Readiness: database and broker reachable; how job models are confined")
+    @app.get("/readyz", response_model=Health, tags=["health"],
+             responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
+             summary="Readiness: database writable, connections free, broker reachable; how job models are confined")
     def readyz(request: Request):
         checks: dict[str, str] = {}
-        ok = True
-        try:
-            with request.app.state.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
-            checks["database"] = "ok"
-        except Exception as exc:  # noqa: BLE001
-            ok, checks["database"] = False, f"unreachable: {type(exc).__name__}"
+        engine = request.app.state.engine
+        used, capacity = pool_status(engine)
+        if capacity and used >= capacity:
+            db_ok, checks["database"] = False, f"pool exhausted: {used} of {capacity} connections in use"
+        else:
+            problem = check_writable(engine, timeout_s=2.0)
+            db_ok, checks["database"] = problem is None, problem or "ok"
+        checks["connections"] = f"{used} of {capacity or 'unbounded'} in use"
         broker_ok, checks["broker"] = request.app.state.dispatcher.ready()
-        ok = ok and broker_ok
+        ok = db_ok and broker_ok
         sandbox = request.app.state.sandbox
         if sandbox is None:
             checks["sandbox"] = "in the workers (each logs its own at start)"
@@ -129,7 +141,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         def openapi_document(_: Viewer) -> JSONResponse:
             return JSONResponse(app.openapi())
 
-    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)")
+    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)",
+             responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)})
     def metrics(request: Request, _: Viewer) -> Response:
         return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
 

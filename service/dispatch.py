@@ -67,9 +67,36 @@ class CeleryDispatcher:
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 
     def start(self) -> None:
+        from clgate.store import open_store
         from clgate.workers.app import producer
+        from clgate.workers.supervisor import Supervisor
 
         self.celery = producer(self.settings)  # this API's own app, configured from its settings
+        # the supervisor gets its own small store: its queries never wait on the requests' pool
+        self._store = open_store(self.settings.model_copy(update={"api_concurrency": 1}))
+        self.supervisor = Supervisor(self._store, send=self.submit, held=self.held_ids,
+                                     actor="system:supervisor").start()
+
+    def held_ids(self) -> set[str] | None:
+        """Ids of the jobs Redis holds: waiting in a queue (any priority) or delivered and not acknowledged."""
+        import json
+
+        try:
+            keys = [k for q in QUEUES for k in self.redis.scan_iter(match=f"{q}*", count=1000)
+                    if k.decode(errors="replace").split("\x06\x16", 1)[0] in QUEUES]
+            raw = [m for k in keys for m in self.redis.lrange(k, 0, -1)]
+            raw += [json.dumps(json.loads(v)[0]).encode() for v in self.redis.hvals("unacked")]
+        except Exception:  # noqa: BLE001 - broker unreachable: cannot tell, re-send nothing now
+            return None
+        ids: set[str] = set()
+        for message in raw:
+            try:
+                task_id = json.loads(message).get("headers", {}).get("id")
+            except (ValueError, AttributeError):
+                continue
+            if task_id:
+                ids.add(str(task_id))
+        return ids
 
     def submit(self, job_id: str, queue: str) -> None:
         from clgate.workers.app import TASK_NAME
@@ -91,6 +118,9 @@ class CeleryDispatcher:
         return {q: int(n) for q, n in zip(QUEUES, pipe.execute())}
 
     def close(self) -> None:
+        if getattr(self, "supervisor", None) is not None:
+            self.supervisor.stop()
+            self._store.close()
         self.redis.close()
         if getattr(self, "celery", None) is not None:
             self.celery.close()

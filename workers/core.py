@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clgate.schemas.errors import InputError
+
 
 def parse_policy(document: dict[str, Any]):
     """A validated :class:`clgate.policy.Policy`; raises :class:`~clgate.schemas.errors.InputError`."""
@@ -26,10 +28,56 @@ def parse_job_spec(document: dict[str, Any]):
 
 
 def load_log(path: Path):
-    """A validated evaluation log; raises :class:`~clgate.schemas.errors.InputError`."""
-    from clgate.schemas.evaluation_log import EvaluationLog
+    """A validated evaluation log, JSON or JSON Lines; raises :class:`~clgate.schemas.errors.InputError`.
 
+    Stored artifacts have no suffix, so the format is read from the content: JSON Lines when the first
+    line is a whole JSON object and more lines follow.
+    """
+    from pydantic import ValidationError
+
+    from clgate.schemas.errors import problems_of
+    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+
+    if path.suffix != ".jsonl" and _is_json_lines(path):
+        try:
+            return EvaluationLog.from_jsonl(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            problems = problems_of(exc) if isinstance(exc, ValidationError) else [str(exc)]
+            raise EvaluationLogError(problems, str(path)) from None
     return EvaluationLog.load(path)
+
+
+def _is_json_lines(path: Path) -> bool:
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+            rest = f.read(1 << 16).strip()
+        return bool(rest) and isinstance(json.loads(first), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
+    """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
+    from clgate.engine.data import check_npz_limits
+
+    from clgate.engine.data import check_image_folder_limits
+
+    data = getattr(spec, "data", None)
+    raw = getattr(data, "path", None)
+    kind = getattr(data, "kind", None)
+    if kind not in ("npz", "image_folder") or not raw:
+        return
+    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+    if kind == "npz":
+        problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
+    else:
+        problems = check_image_folder_limits(path, size=tuple(data.size), color=data.color, max_bytes=max_bytes,
+                                             max_samples=max_samples)
+    if problems:
+        raise InputError([f"data: {p}" for p in problems])
 
 
 def run_engine(

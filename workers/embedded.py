@@ -17,15 +17,11 @@ import threading
 import time
 
 from clgate.store import jobs as records
-from clgate.store.models import JobState
 from clgate.store.settings import Settings
 from clgate.workers import runner
+from clgate.workers.supervisor import Supervisor
 
 log = logging.getLogger("clgate.embedded")
-
-# A job whose process dies this many times (out of memory, killed) is failed instead of run again.
-MAX_PROCESS_DEATHS = 3
-
 
 def _watch_parent(parent_pid: int) -> None:
     """Pool process initializer: exit when the API process is gone (a running job resumes at the next start)."""
@@ -51,12 +47,21 @@ def _child(job_id: str, settings_json: str) -> str:
 
 
 class EmbeddedExecutor:
+    """Runs jobs in a process pool beside the API, with the same supervisor as Celery mode.
+
+    A job whose process dies (out of memory, killed) is left ``running``; its heartbeats stop and the
+    supervisor queues it again after ``CLGATE_WORKER_STALE_S`` (or fails it after
+    ``CLGATE_MAX_WORKER_LOSSES`` losses); past the hard time limit it is failed and its process ends.
+    """
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._settings_json = settings.model_dump_json()
         self._lock = threading.Lock()
         self._pool: cf.ProcessPoolExecutor | None = None
         self._heartbeat: runner.Heartbeat | None = None
+        self._supervisor: Supervisor | None = None
+        self._held: set[str] = set()
         self.hostname = f"embedded@{socket.gethostname()}"
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
@@ -70,9 +75,20 @@ class EmbeddedExecutor:
             self._pool = self._new_pool()
         store = runner.store_for(self.settings)
         self._heartbeat = runner.Heartbeat(store, self.hostname, "cpu,gpu").start()
-        for job_id in records.pending_jobs(store):
-            log.info("resuming job %s left over by a previous run", job_id)
-            self.submit(job_id, queue="")
+        self._supervisor = Supervisor(store, send=lambda job_id, queue: self.submit(job_id, queue=queue),
+                                      held=self.held_ids, actor=f"system:{self.hostname}")
+        # nothing runs a job of this executor before it starts: every running job lost its process
+        self._supervisor.run_once(assume_lost=True)
+        for job_id, _queue in records.queued_jobs(store, older_than_s=0):
+            if job_id not in self._held:
+                log.info("resuming job %s left over by a previous run", job_id)
+                self.submit(job_id, queue="")
+        self._supervisor.start()
+
+    def held_ids(self) -> set[str]:
+        """Jobs submitted to the pool and not yet finished (the supervisor re-sends queued jobs not in it)."""
+        with self._lock:
+            return set(self._held)
 
     def submit(self, job_id: str, *, queue: str) -> None:
         with self._lock:
@@ -83,9 +99,12 @@ class EmbeddedExecutor:
             except cf.BrokenExecutor:
                 self._pool = self._new_pool()
                 future = self._pool.submit(_child, job_id, self._settings_json)
+            self._held.add(job_id)
         future.add_done_callback(lambda f, job_id=job_id: self._done(job_id, f))
 
     def _done(self, job_id: str, future: cf.Future) -> None:
+        with self._lock:
+            self._held.discard(job_id)
         if future.cancelled():
             return
         exc = future.exception()
@@ -93,21 +112,15 @@ class EmbeddedExecutor:
             return
         log.error("job %s: %s", job_id, exc)
         if isinstance(exc, cf.BrokenExecutor):
-            # the child died (out of memory, killed): run the job again in a fresh pool, like a redelivery
+            # the process died (out of memory, killed, ended past its time limit): a fresh pool for the
+            # next jobs; the supervisor queues this one again once its heartbeats are stale, or fails it
             with self._lock:
                 if self._pool is not None:
                     self._pool = self._new_pool()
-            self._fail_if_repeated(job_id)
-
-    def _fail_if_repeated(self, job_id: str) -> None:
-        store = runner.store_for(self.settings)
-        if records.attempts(store, job_id) < MAX_PROCESS_DEATHS:
-            self.submit(job_id, queue="")
-        else:
-            error = f"the job's process died {MAX_PROCESS_DEATHS} times"
-            records.finish(store, job_id, JobState.failed, error=error, actor=self.hostname)
 
     def shutdown(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.stop()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         with self._lock:

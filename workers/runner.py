@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -78,19 +79,75 @@ class _Throttle:
         return False
 
 
+# A message can reach a worker before the API's transaction that records its job commits (the API sends,
+# then commits, so that a failed send leaves no job): a missing job is looked for this long.
+MISSING_GRACE_S = 10.0
+
+
+def _claim(store: Store, job_id: str, actor: str) -> tuple[int | None, str | None]:
+    deadline = time.monotonic() + MISSING_GRACE_S
+    while True:
+        attempt = records.claim(store, job_id, actor=actor)
+        if attempt is not None:
+            return attempt, None
+        state = records.settle_unclaimed(store, job_id, actor=actor)
+        if state != "missing" or time.monotonic() > deadline:
+            return None, state
+        time.sleep(0.2)
+
+
+class JobHeartbeat:
+    """Records every ``CLGATE_WORKER_HEARTBEAT_S`` that this attempt of a job is alive.
+
+    When the attempt no longer owns its job — the reaper failed it past the hard time limit or re-queued
+    it after a silence — the process is ended at once (``os._exit``), whatever the job is doing: a hung
+    job cannot outlive its time limit, and a job taken over elsewhere does not run twice.
+    """
+
+    def __init__(self, store: Store, job_id: str, attempt: int) -> None:
+        self.store, self.job_id, self.attempt = store, job_id, attempt
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"clgate-job-{job_id[:8]}", daemon=True)
+
+    def __enter__(self) -> JobHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.store.settings.worker_heartbeat_s):
+            try:
+                owned = records.beat_job(self.store, self.job_id, self.attempt)
+            except Exception:  # noqa: BLE001 - the database is away: the reaper decides after the stale period
+                log.warning("job %s: heartbeat failed", self.job_id, exc_info=True)
+                continue
+            if not owned and not self._stop.is_set():
+                log.error("job %s attempt %d was taken over (time limit or silence): ending this process",
+                          self.job_id, self.attempt)
+                os._exit(70)
+
+
 def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | None = None) -> str:
     """Run one job to a terminal state; returns that state. Raises only :data:`TRANSIENT` faults."""
     store = store_for(settings)
     actor = actor or f"worker:{worker_name()}"
-    attempt = records.claim(store, job_id, actor=actor)
+    attempt, unclaimed = _claim(store, job_id, actor)
     if attempt is None:
-        return records.settle_unclaimed(store, job_id, actor=actor)
+        return unclaimed or "missing"
     work = store.settings.jobs_dir / job_id / f"attempt-{attempt}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     try:
-        state, error = _run(store, job_id, work, actor)
-    except TRANSIENT:
+        with JobHeartbeat(store, job_id, attempt):
+            state, error = _run(store, job_id, work, actor)
+    except TRANSIENT as exc:
+        try:  # back to queued for the retry: a transient fault is not a lost worker
+            records.release(store, job_id, attempt, reason=f"{type(exc).__name__}: {exc}"[:500], actor=actor)
+        except Exception:  # noqa: BLE001 - the database itself is away; the reaper settles the job later
+            log.warning("job %s: could not release attempt %d", job_id, attempt, exc_info=True)
         raise
     except InputError as exc:
         state, error = JobState.failed, "invalid input: " + "; ".join(exc.problems)
@@ -102,7 +159,9 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
             state, error = JobState.failed, f"{type(exc).__name__}: {exc}"
             (work / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
     if state is not JobState.succeeded:
-        records.finish(store, job_id, state, error=_job_relative(error, store, work), actor=actor)
+        final = records.finish(store, job_id, state, error=_job_relative(error, store, work), actor=actor,
+                               attempt=attempt)
+        return (final or state).value
     return state.value
 
 
@@ -226,6 +285,8 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
     document = resolve_refs(spec, path_of)
     _unpack_image_folder(spec, document, staged.inputs)
     job_spec = core.parse_job_spec(document)  # validated here too: the child's copy is not trusted
+    core.check_data_limits(job_spec, staged.inputs, max_bytes=store.settings.max_npz_bytes,
+                           max_samples=store.settings.max_samples)
     (staged.inputs / "spec.json").write_text(json.dumps(document), encoding="utf-8")
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)
     cancelled = {"seen": False}

@@ -269,6 +269,79 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
 
     ``layout`` is how 4-D images are stored (see :func:`apply_layout`); the result is channels-first.
     """
+
+
+def check_npz_limits(path: str | Path, *, max_bytes: int, max_samples: int) -> list[str]:
+    """Why an ``.npz`` is too large to load (``[]`` when it is not), from its zip directory and ``.npy``
+    headers only: a decompression bomb (a few MB inflating to GBs) is refused before anything is allocated.
+
+    ``max_bytes`` bounds the decompressed total, ``max_samples`` the rows of each array.
+    """
+    path = Path(path)
+    problems: list[str] = []
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            total = sum(info.file_size for info in infos)
+            if total > max_bytes:
+                problems.append(f"{path.name}: decompresses to {total} bytes, more than {max_bytes} "
+                                "(CLGATE_MAX_NPZ_BYTES)")
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    continue
+                with archive.open(info) as member:
+                    major, _minor = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    shape, _fortran, _dtype = read(member)
+                rows = shape[0] if shape else 1
+                if rows > max_samples:
+                    problems.append(f"{path.name}: {info.filename[:-4]} has {rows} samples, more than {max_samples} "
+                                    "(CLGATE_MAX_SAMPLES)")
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return problems  # not an archive, or a damaged one: the loader says why
+    return problems
+
+
+def check_image_folder_limits(
+    path: str | Path, *, size: tuple[int, int], color: str, max_bytes: int, max_samples: int
+) -> list[str]:
+    """Why an image folder is too large to load (``[]`` when it is not), from file counts and image headers
+    only: more than ``max_samples`` images, decoded arrays over ``max_bytes``, or one image whose header
+    declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded).
+    """
+    import warnings
+
+    from PIL import Image
+
+    root = Path(path)
+    problems: list[str] = []
+    files = [f for split in ("train", "test") if (root / split).is_dir()
+             for f in (root / split).glob("*/*") if f.is_file() and not f.name.startswith(".")]
+    if len(files) > max_samples:
+        problems.append(f"{root.name}: {len(files)} images, more than {max_samples} (CLGATE_MAX_SAMPLES)")
+    decoded = len(files) * size[0] * size[1] * (1 if color == "L" else 3) * 4  # float32 after scaling
+    if decoded > max_bytes:
+        problems.append(f"{root.name}: {decoded} bytes once decoded, more than {max_bytes} (CLGATE_MAX_NPZ_BYTES)")
+    limit = Image.MAX_IMAGE_PIXELS or 89_478_485
+    for f in files[: max_samples]:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(f) as img:  # reads the header only
+                    width, height = img.size
+        except Image.DecompressionBombError as exc:
+            problems.append(f"{f.name}: {exc} (decompression bomb)")
+            break
+        except Exception:  # noqa: BLE001 - an unreadable file: the loader says why
+            continue
+        if width * height > limit:
+            problems.append(f"{f.name}: {width}x{height} pixels, more than {limit} (decompression bomb)")
+            break
+    return problems
+
+
+def load_npz(path: str | Path) -> Dataset:
+    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
     path = Path(path)
     source = str(path)
     if not path.is_file():

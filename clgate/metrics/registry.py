@@ -199,14 +199,20 @@ WINDOWED: dict[str, MetricInfo] = {
 _WINDOWED_ID = re.compile(r"^(wf|wp)([0-9]+)$")
 
 
+# The longest window (evaluation points) a metric or a policy may name: far beyond any real log, and small
+# enough that every computation with it stays in machine integers.
+MAX_WINDOW = 1_000_000
+
+
 def check_window(window: int) -> int:
-    """Validate one window length (evaluation points); returns it as ``int``."""
+    """Validate one window length (evaluation points, 2 … :data:`MAX_WINDOW`); returns it as ``int``."""
     try:
         w = operator.index(window)  # int, numpy integers; not floats or bools
     except TypeError:
         w = None
-    if w is None or isinstance(window, bool) or w < 2:
-        raise ValueError(f"windows: a window counts evaluation points and must be an integer ≥ 2, got {window!r}")
+    if w is None or isinstance(window, bool) or w < 2 or w > MAX_WINDOW:
+        raise ValueError(f"windows: a window counts evaluation points and must be an integer from 2 to "
+                         f"{MAX_WINDOW} (MAX_WINDOW), got {window!r}")
     return w
 
 
@@ -225,7 +231,8 @@ def metric_info(metric_id: str) -> MetricInfo:
     if metric_id in REGISTRY:
         return REGISTRY[metric_id]
     match = _WINDOWED_ID.match(metric_id) if isinstance(metric_id, str) else None
-    if match and int(match.group(2)) >= 2 and not match.group(2).startswith("0"):
+    if match and len(match.group(2)) <= len(str(MAX_WINDOW)) and 2 <= int(match.group(2)) <= MAX_WINDOW \
+            and not match.group(2).startswith("0"):
         family = WINDOWED[match.group(1)]
         w = int(match.group(2))
         compute = None if family.compute is None else partial(family.compute, window=w)
@@ -233,7 +240,7 @@ def metric_info(metric_id: str) -> MetricInfo:
     known = ", ".join(REGISTRY)
     raise KeyError(
         f"unknown metric id {metric_id!r}; known ids: {known}, "
-        "and wf{w} / wp{w} for a window w ≥ 2 (e.g. wf10)"
+        f"and wf{{w}} / wp{{w}} for a window 2 ≤ w ≤ {MAX_WINDOW} (e.g. wf10)"
     )
 
 

@@ -41,7 +41,8 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
     url = settings.resolved_database_url()
     if migrate:
         upgrade(url)
-    engine = make_engine(url)
+    engine = make_engine(url, pool_size=settings.db_pool_size, pool_timeout_s=settings.db_pool_timeout_s,
+                         busy_timeout_s=settings.db_busy_timeout_s)
     sessions = make_sessionmaker(engine)
     return Store(settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)))
 

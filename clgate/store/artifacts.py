@@ -181,6 +181,25 @@ class ArtifactStore:
                 log.exception("could not record the quarantine of sha256:%s", expected)
         return corruption
 
+    def sweep_orphans(self, *, older_than_s: float) -> list[str]:
+        """Delete temporary upload files untouched for ``older_than_s`` seconds (an upload killed midway
+        leaves one; a live upload keeps writing to its file); returns their names."""
+        import time
+
+        tmp_dir = self.root / "tmp"
+        if not tmp_dir.is_dir():
+            return []
+        cutoff = time.time() - older_than_s
+        removed = []
+        for entry in tmp_dir.iterdir():
+            try:
+                if entry.is_file() and entry.stat().st_mtime < cutoff:
+                    entry.unlink()
+                    removed.append(entry.name)
+            except FileNotFoundError:  # finished or swept by another replica meanwhile
+                continue
+        return removed
+
     def _tmp(self) -> tuple[int, str]:
         tmp_dir = self.root / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)

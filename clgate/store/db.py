@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,25 +19,100 @@ STORE_DIR = Path(__file__).resolve().parent
 ALEMBIC_INI = STORE_DIR / "alembic.ini"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys (API and workers share the file)."""
+def make_engine(
+    url: str, *, pool_size: int = 16, pool_timeout_s: float = 10.0, busy_timeout_s: float = 5.0
+) -> Engine:
+    """An engine for ``url`` with a bounded pool of ``pool_size`` connections (no overflow).
+
+    The API admits at most ``pool_size - 8`` requests at once (``CLGATE_API_CONCURRENCY``), each holding
+    at most one connection, so a request never waits for a connection while holding another. SQLite gets
+    WAL, foreign keys and a busy timeout of ``busy_timeout_s`` (a locked database fails fast, as 503).
+    """
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        pool = {} if path in ("", ":memory:") else {
+            "pool_size": pool_size, "max_overflow": 0, "pool_timeout": pool_timeout_s,
+        }
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}, **pool)
+        busy_ms = int(busy_timeout_s * 1000)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            except Exception:  # noqa: BLE001 - a read-only database keeps its mode; writes then fail with 503
+                logging.getLogger("clgate.store").warning("SQLite WAL mode not set", exc_info=True)
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout_s)
+
+
+def pool_status(engine: Engine) -> tuple[int, int]:
+    """(connections checked out, pool capacity) of ``engine``'s pool; capacity 0 when it is unbounded."""
+    pool = engine.pool
+    size = getattr(pool, "size", None)
+    checked_out = getattr(pool, "checkedout", None)
+    if not callable(size) or not callable(checked_out):
+        return 0, 0
+    overflow = getattr(pool, "_max_overflow", 0)
+    return int(checked_out()), int(size()) + max(0, int(overflow))
+
+
+def check_writable(engine: Engine, *, timeout_s: float = 2.0) -> str | None:
+    """Why the database cannot take a write now (locked, read-only, unreachable …), or ``None``.
+
+    Takes a write lock in a transaction that is rolled back (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL:
+    a lock timeout and an update of the Alembic version row to itself), so nothing is changed.
+    """
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                raw = conn.connection.dbapi_connection
+                cursor = raw.cursor()
+                busy_ms = cursor.execute("PRAGMA busy_timeout").fetchone()[0]
+                cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+                try:
+                    if raw.in_transaction:
+                        raw.rollback()
+                    cursor.execute("BEGIN IMMEDIATE")
+                    cursor.execute("UPDATE alembic_version SET version_num = version_num")
+                    cursor.execute("ROLLBACK")
+                finally:
+                    if raw.in_transaction:
+                        raw.rollback()
+                    cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+                    cursor.close()
+            else:
+                with conn.begin() as tx:
+                    conn.execute(text(f"SET LOCAL lock_timeout = {int(timeout_s * 1000)}"))
+                    conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_s * 1000)}"))
+                    conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+                    tx.rollback()
+    except Exception as exc:  # noqa: BLE001 - the reason is the answer
+        return describe_db_error(exc)
+    return None
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """A one-line reason for a database fault (locked, read-only, unreachable, pool exhausted)."""
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, PoolTimeout):
+        return "all database connections are in use (pool exhausted)"
+    message = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0] if str(exc).strip() else ""
+    lowered = message.lower()
+    if "locked" in lowered or "lock timeout" in lowered:
+        return f"the database is locked ({message})"
+    if "readonly" in lowered or "read-only" in lowered or "read only" in lowered:
+        return f"the database is read-only ({message})"
+    return f"the database is unavailable ({type(exc).__name__}: {message[:200]})"
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import exists, func, select, update
+import datetime as dt
+
+from sqlalchemy import case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from clgate.store import Store
@@ -44,26 +46,45 @@ class JobInputs:
     filenames: dict[str, str | None] = field(default_factory=dict)
 
 
-def claim(store: Store, job_id: str, *, actor: str) -> int | None:
+def claim(store: Store, job_id: str, *, actor: str, max_losses: int | None = None) -> int | None:
     """Mark the job running and return its attempt number; ``None`` when it is not runnable.
 
     One conditional UPDATE: concurrent deliveries of one job get distinct attempt numbers, and a job that
-    is finished, decided or cancelled is never claimed.
+    is finished, decided or cancelled is never claimed, nor one whose worker still records heartbeats (a
+    duplicate message while it runs). A job found ``running`` with a silent worker lost that worker (a
+    crash, a kill): that counts as a worker loss, and a job that has lost ``max_losses`` workers is not
+    claimed (:func:`settle_unclaimed` fails it with the reason).
     """
+    cap = max_losses if max_losses is not None else store.settings.max_worker_losses
+    lost = case((Job.state == JobState.running.value, 1), else_=0)
+    now = utcnow()
+    stale = now - dt.timedelta(seconds=store.settings.worker_stale_s)
+    hard_limit = now - dt.timedelta(seconds=store.settings.job_time_limit_s)
     with session_scope(store.sessions) as s:
         attempt = s.execute(
             update(Job)
             .where(
                 Job.id == job_id,
-                Job.state.in_((JobState.queued.value, JobState.running.value)),
+                or_(
+                    Job.state == JobState.queued.value,
+                    # running, but its worker went silent: a redelivery after a crash takes it over
+                    (Job.state == JobState.running.value)
+                    & or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale)
+                    # … unless that attempt ran past the hard time limit (killed for it: failed, not rerun)
+                    & or_(Job.claimed_at.is_(None), Job.claimed_at > hard_limit),
+                ),
                 Job.cancel_requested.is_(False),
+                Job.worker_losses + lost < cap,
                 ~exists().where(Decision.job_id == job_id),
             )
             .values(
                 state=JobState.running.value,
                 attempts=Job.attempts + 1,
+                worker_losses=Job.worker_losses + lost,
                 worker=worker_name(),
-                started_at=func.coalesce(Job.started_at, utcnow()),
+                started_at=func.coalesce(Job.started_at, now),
+                claimed_at=now,
+                heartbeat_at=now,
             )
             .returning(Job.attempts)
         ).scalar_one_or_none()
@@ -82,13 +103,20 @@ def _finish(s: Session, job: Job, state: JobState, *, error: str | None, actor: 
     audit(s, actor, f"job.{state.value}", "job", job.id, error=error, attempt=job.attempts)
 
 
-def finish(store: Store, job_id: str, state: JobState, *, error: str | None, actor: str) -> JobState | None:
-    """Put a job that is not yet terminal into ``state`` (the one finishing path); returns its final state."""
+def finish(
+    store: Store, job_id: str, state: JobState, *, error: str | None, actor: str, attempt: int | None = None
+) -> JobState | None:
+    """Put a job that is not yet terminal into ``state`` (the one finishing path); returns its final state.
+
+    With ``attempt``, only while that attempt still owns the job (running, same attempt number): a worker
+    whose job was re-queued or failed by the reaper meanwhile changes nothing.
+    """
     with session_scope(store.sessions) as s:
         job = s.get(Job, job_id)
         if job is None:
             return None
-        if not JobState(job.state).terminal:
+        owned = attempt is None or (job.state == JobState.running.value and job.attempts == attempt)
+        if owned and not JobState(job.state).terminal:
             _finish(s, job, state, error=error, actor=actor)
         return JobState(job.state)
 
@@ -107,7 +135,34 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
         if job.cancel_requested:
             _finish(s, job, JobState.cancelled, error="cancelled before it started", actor=actor)
             return JobState.cancelled.value
+        if job.state == JobState.running.value and _alive(store, job):
+            return job.state  # a duplicate delivery: the job's worker is alive and runs it
+        running_s = _running_s(job)
+        if job.state == JobState.running.value and running_s > store.settings.job_time_limit_s:
+            _finish(s, job, JobState.failed, error=hard_limit_reason(store, running_s), actor=actor)
+            return JobState.failed.value
+        losses = job.worker_losses + (1 if job.state == JobState.running.value else 0)
+        if losses >= store.settings.max_worker_losses:
+            job.worker_losses = losses
+            error = (f"crashed the worker {losses} times (CLGATE_MAX_WORKER_LOSSES={store.settings.max_worker_losses}); "
+                     "not run again")
+            _finish(s, job, JobState.failed, error=error, actor=actor)
+            return JobState.failed.value
         return job.state
+
+
+def hard_limit_reason(store: Store, running_s: float) -> str:
+    return f"hard time limit exceeded: ran {running_s:.0f} s (CLGATE_JOB_TIME_LIMIT_S={store.settings.job_time_limit_s})"
+
+
+def _running_s(job: Job) -> float:
+    claimed = as_utc(job.claimed_at or job.started_at)
+    return (utcnow() - claimed).total_seconds() if claimed else 0.0
+
+
+def _alive(store: Store, job: Job) -> bool:
+    last = as_utc(job.heartbeat_at)
+    return last is not None and (utcnow() - last).total_seconds() <= store.settings.worker_stale_s
 
 
 def attempts(store: Store, job_id: str) -> int:
@@ -243,3 +298,108 @@ def forget(store: Store, hostname: str) -> None:
         row = s.get(WorkerHeartbeat, hostname)
         if row is not None:
             s.delete(row)
+
+
+# ---------------------------------------------------------------------- job heartbeats, reaper, reconciler
+def beat_job(store: Store, job_id: str, attempt: int) -> bool:
+    """Record that attempt ``attempt`` of a running job is alive; ``False`` once the job left that attempt."""
+    with session_scope(store.sessions) as s:
+        result = s.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
+            .values(heartbeat_at=utcnow())
+        )
+        return result.rowcount == 1
+
+
+def release(store: Store, job_id: str, attempt: int, *, reason: str, actor: str) -> bool:
+    """Put attempt ``attempt`` of a running job back to ``queued`` (a transient fault, retried): no worker loss."""
+    with session_scope(store.sessions) as s:
+        result = s.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
+            .values(state=JobState.queued.value, heartbeat_at=None)
+        )
+        if result.rowcount == 1:
+            audit(s, actor, "job.retry", "job", job_id, attempt=attempt, reason=reason)
+            return True
+    return False
+
+
+@dataclass
+class Reaped:
+    """What one pass of :func:`reap` did: jobs put back in the queue and jobs failed (with their reasons)."""
+
+    requeued: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue)
+    failed: list[tuple[str, str, str | None]] = field(default_factory=list)  # (job id, reason, worker)
+
+
+def reap(store: Store, *, actor: str, assume_lost: bool = False) -> Reaped:
+    """Settle running jobs nobody runs any more.
+
+    A job running longer than the hard time limit (``CLGATE_JOB_TIME_LIMIT_S``, plus one stale period for
+    the worker to record it) is failed with that reason. A job whose worker has not recorded a heartbeat
+    for ``CLGATE_WORKER_STALE_S`` lost its worker: it is queued again, or failed once it has lost
+    ``CLGATE_MAX_WORKER_LOSSES`` workers (``assume_lost``: every running job lost its worker — the
+    embedded executor starting again). Every change is one conditional UPDATE on the attempt number,
+    so a worker that comes back, or another API replica reaping at once, never causes a second run.
+    """
+    settings = store.settings
+    now = utcnow()
+    out = Reaped()
+    with store.sessions() as s:
+        rows = s.execute(
+            select(Job.id, Job.queue, Job.attempts, Job.worker_losses, Job.claimed_at, Job.started_at,
+                   Job.heartbeat_at, Job.worker)
+            .where(Job.state == JobState.running.value)
+        ).all()
+    for job_id, queue, attempt, losses, claimed_at, started_at, heartbeat_at, worker in rows:
+        claimed = as_utc(claimed_at or started_at)
+        last = as_utc(heartbeat_at or claimed_at or started_at)
+        running_s = (now - claimed).total_seconds() if claimed else 0.0
+        silent_s = (now - last).total_seconds() if last else float("inf")
+        past_limit = running_s > settings.job_time_limit_s
+        if past_limit and (silent_s > settings.worker_stale_s
+                           or running_s > settings.job_time_limit_s + settings.worker_stale_s):
+            # killed at the limit (silent since), or still not done one stale period after it
+            reason = hard_limit_reason(store, running_s)
+            if _settle_attempt(store, job_id, attempt, JobState.failed, reason, losses, actor):
+                out.failed.append((job_id, reason, worker))
+        elif not past_limit and (assume_lost or silent_s > settings.worker_stale_s):
+            lost = losses + 1
+            if lost >= settings.max_worker_losses:
+                reason = (f"crashed the worker {lost} times (last: no heartbeat from {worker} for "
+                          f"{silent_s:.0f} s; CLGATE_MAX_WORKER_LOSSES={settings.max_worker_losses})")
+                if _settle_attempt(store, job_id, attempt, JobState.failed, reason, lost, actor):
+                    out.failed.append((job_id, reason, worker))
+            elif _settle_attempt(store, job_id, attempt, JobState.queued,
+                                 f"no heartbeat from {worker} for {silent_s:.0f} s", lost, actor):
+                out.requeued.append((job_id, queue))
+    return out
+
+
+def _settle_attempt(
+    store: Store, job_id: str, attempt: int, state: JobState, reason: str, losses: int, actor: str
+) -> bool:
+    with session_scope(store.sessions) as s:
+        job = s.get(Job, job_id, with_for_update=store.engine.dialect.name == "postgresql")
+        if job is None or job.state != JobState.running.value or job.attempts != attempt:
+            return False  # its worker finished, or another reaper or delivery moved it
+        job.worker_losses = losses
+        if state is JobState.queued:
+            job.state, job.heartbeat_at = JobState.queued.value, None
+            audit(s, actor, "job.requeued", "job", job_id, attempt=attempt, reason=reason)
+        else:
+            _finish(s, job, state, error=reason, actor=actor)
+    return True
+
+
+def queued_jobs(store: Store, *, older_than_s: float) -> list[tuple[str, str]]:
+    """``(id, queue)`` of jobs recorded as queued for longer than ``older_than_s`` seconds (oldest first)."""
+    cutoff = utcnow().timestamp() - older_than_s
+    with store.sessions() as s:
+        rows = s.execute(
+            select(Job.id, Job.queue, Job.created_at).where(Job.state == JobState.queued.value)
+            .order_by(Job.created_at)
+        ).all()
+    return [(job_id, queue) for job_id, queue, created in rows if as_utc(created).timestamp() <= cutoff]

@@ -123,6 +123,7 @@ class Job(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_model_created", "model_name", "created_at"),
         Index("ix_jobs_project_created", "project", "created_at"),
+        Index("uq_jobs_idempotency_key", "idempotency_key", unique=True),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -146,6 +147,12 @@ class Job(Base):
     started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # reliability: a retried submission finds its job; a silent or crashing worker is noticed
+    idempotency_key: Mapped[str | None] = mapped_column(String(300), nullable=True)  # "<key id>:<header>"
+    request_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    claimed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)  # this attempt
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    worker_losses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class JobFile(Base):

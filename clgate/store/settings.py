@@ -78,6 +78,37 @@ class Settings(BaseSettings):
         description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs a viewer key "
         "and the interactive pages are not served (the API's shape is not public by default).",
     )
+    # ------------------------------------------------------------ reliability (load and faults)
+    api_concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
+        32, description="Requests handled at once; more wait in the event loop holding no thread nor connection. "
+        "The database pool and the thread pool are sized from it, so a request never waits for one while "
+        "holding the other.",
+    )
+    db_pool_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    orphan_upload_age_s: Annotated[float, Field(ge=0)] = Field(
+        3600.0, description="At start the API deletes temporary upload files untouched for this long.",
+    )
+    max_json_bytes: Annotated[int, Field(gt=0)] = Field(1 * MiB, description="Largest JSON request body (413).")
+    max_json_depth: Annotated[int, Field(ge=2, le=200)] = Field(32, description="Deepest JSON nesting (422).")
+    max_npz_bytes: Annotated[int, Field(gt=0)] = Field(
+        2048 * MiB, description="Largest decompressed size of an NPZ data set, checked before loading it (422).",
+    )
+    max_samples: Annotated[int, Field(gt=0)] = Field(
+        5_000_000, description="Most samples (rows) in one array of a data set, checked before loading it (422).",
+    )
+    db_busy_timeout_s: Annotated[float, Field(gt=0, le=300)] = Field(
+        5.0, description="How long a statement waits for a locked database (SQLite) before the request gets 503.",
+    )
+    max_worker_losses: Annotated[int, Field(ge=1, le=100)] = Field(
+        3, description="A job whose worker crashed or went silent this many times is failed, not run again.",
+    )
+    reaper_interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        10.0, description="How often the API re-queues jobs of silent workers, fails jobs past the hard time "
+        "limit and re-sends queued jobs the broker no longer holds.",
+    )
+    requeue_grace_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        30.0, description="A queued job younger than this is never re-sent by the reconciler (in flight).",
+    )
 
     @field_validator("broker_url")
     @classmethod
@@ -115,6 +146,11 @@ class Settings(BaseSettings):
         if soft is not None and value <= soft:
             raise ValueError(f"must exceed CLGATE_JOB_SOFT_TIME_LIMIT_S ({soft}) so a job can stop cleanly")
         return value
+
+    @property
+    def db_pool_size(self) -> int:
+        """Connections per API process: one per admitted request plus the background threads' few."""
+        return self.api_concurrency + 8
 
     @property
     def embedded(self) -> bool:

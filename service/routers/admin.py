@@ -23,6 +23,7 @@ from clgate.schemas.api import (
 from clgate.service.auth import create_key
 from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor, scope
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.store.db import audit
 from clgate.store.models import (
     ApiKey,
@@ -87,7 +88,7 @@ def get_baseline(model_name: str, session: SessionDep, key: Viewer):
 def list_audit(
     session: SessionDep, key: Viewer,
     subject_type: str | None = None, subject_id: str | None = None, action: str | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ):
     q = scope(key).where(select(AuditEvent), AuditEvent.project)
     if subject_type:

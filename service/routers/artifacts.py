@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from clgate.schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
 from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor, scope
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
 from clgate.store.db import audit, session_scope
 from clgate.store.models import Artifact, ProjectArtifact
@@ -49,7 +50,7 @@ async def upload_artifact(
     kind: Annotated[ArtifactKind, Query(description="model, data, log, spec, other")] = "other",
     filename: Annotated[str | None, Query(max_length=255, pattern=r"^[^/\\]+$")] = None,
     sha256: Annotated[str | None, Query(description="Expected sha256 (checked after upload)")] = None,
-    content_length: Annotated[int | None, Header()] = None,
+    content_length: Annotated[int | None, Header(include_in_schema=False)] = None,  # set by the HTTP client
 ):
     limit = settings.max_upload_bytes
     if content_length is not None and content_length > limit:
@@ -93,7 +94,7 @@ async def upload_artifact(
 def list_artifacts(
     session: SessionDep, key: Viewer,
     kind: ArtifactKind | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = select(Artifact).where(scope(key).artifact_visible())

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
+import logging
 import mimetypes
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Header, Query, status
 from fastapi.responses import FileResponse
 from sqlalchemy import Select, exists, func, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from clgate.schemas.api import (
@@ -30,6 +34,7 @@ from clgate.schemas.api import (
 )
 from clgate.service.deps import Approver, DispatcherDep, Scope, SessionDep, StoreDep, Submitter, Viewer, actor, scope
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.service.routers.policies import find as find_policy
 from clgate.store.artifacts import ArtifactNotFound, ArtifactStore
 from clgate.store.db import audit
@@ -48,6 +53,7 @@ from clgate.store.models import (
 from clgate.schemas.job import JobSpec, JobSpecError
 from clgate.store.refs import check_paths, find_refs, resolve_refs
 
+log = logging.getLogger("clgate.api")
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 MEDIA = {".md": "text/markdown; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
@@ -124,19 +130,72 @@ def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobC
 
 
 def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
+    """Record the job and hand it to the executor, atomically for the client: it gets the id or no job exists.
+
+    Celery: the message is sent inside the transaction that inserts the job and the transaction commits
+    after; a failed send rolls back (503, no job), and a message that arrives before the commit waits for
+    it (:data:`clgate.workers.runner.MISSING_GRACE_S`). Embedded: the job is committed, then submitted;
+    if that fails it stays queued and the supervisor submits it again.
+    """
+    if dispatcher.kind == "embedded":
+        session.commit()
+        try:
+            dispatcher.submit(job.id, job.queue)
+        except Exception:  # noqa: BLE001 - recorded as queued: the supervisor's reconciler sends it again
+            log.warning("job %s: not handed to the executor yet; the supervisor will", job.id, exc_info=True)
+        return
     try:
         dispatcher.submit(job.id, job.queue)
-    except Exception as exc:  # noqa: BLE001 - broker down: the job cannot run, say so
-        job.state, job.error = JobState.failed.value, f"could not enqueue: {type(exc).__name__}: {exc}"
-        audit(session, who, "job.failed", "job", job.id, error=job.error)
-        session.commit()
-        raise ApiError(503, f"the job queue is unavailable ({type(exc).__name__}); job {job.id} was not queued") from None
+    except Exception as exc:  # noqa: BLE001 - broker down: the job cannot run, so it is not created
+        session.rollback()
+        raise ApiError(503, f"the job queue is unavailable ({type(exc).__name__}); no job was created") from None
+    session.commit()
+
+
+def _idempotent(session: Session, key, header: str | None, request: dict) -> tuple[str | None, str | None, Job | None]:
+    """(stored key, request digest, the job an earlier request with this ``Idempotency-Key`` created)."""
+    if header is None:
+        return None, None, None
+    if not header or len(header) > 200 or not header.isprintable():
+        raise ApiError(422, "Idempotency-Key: must be 1 to 200 printable characters")
+    scoped = f"{key.id}:{header}"
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
+    earlier = session.scalar(select(Job).where(Job.idempotency_key == scoped))
+    if earlier is not None and earlier.request_sha256 != digest:
+        raise ApiError(422, "Idempotency-Key: already used for a different request (use a new key per request)")
+    return scoped, digest, earlier
+
+
+def _create(session: Session, dispatcher, job: Job, who: str, where: Scope, audit_fields: dict) -> JobPublic:
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:  # the same Idempotency-Key submitted concurrently: the other request created it
+        session.rollback()
+        earlier = session.scalar(select(Job).where(Job.idempotency_key == job.idempotency_key))
+        if earlier is None or earlier.request_sha256 != job.request_sha256:
+            raise ApiError(409, "Idempotency-Key: a concurrent request with this key is being processed") from None
+        return load_public(session, earlier.id, where)
+    audit(session, who, "job.submitted", "job", job.id, **audit_fields)
+    _enqueue(session, dispatcher, job, who)
+    return load_public(session, job.id, where)
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", description="A retry with the same key (and the same body) returns the job "
+           "the first request created instead of a second job."),
+]
 
 
 @router.post("", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
              summary="Submit a job (retrain, evaluate or metrics-only)")
-def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher: DispatcherDep, key: Submitter):
+def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher: DispatcherDep, key: Submitter,
+               idempotency_key: IdempotencyKey = None):
     where = scope(key)
+    scoped, digest, earlier = _idempotent(session, key, idempotency_key, {"submit": body.model_dump(mode="json")})
+    if earlier is not None:
+        return load_public(session, earlier.id, where)
     where.model(session, body.model_name, claim=True)
     policy = find_policy(session, body.policy, where.project)
     spec = None
@@ -150,14 +209,11 @@ def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher
     baseline = _baseline(session, where, body.baseline, body.model_name)
     job = Job(project=where.project, mode=body.mode, queue=body.queue, model_name=body.model_name, spec=spec,
               logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
-              policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={})
-    session.add(job)
-    session.flush()
-    audit(session, actor(key), "job.submitted", "job", job.id, mode=job.mode, model_name=job.model_name,
-          policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
-    session.commit()
-    _enqueue(session, dispatcher, job, actor(key))
-    return load_public(session, job.id, where)
+              policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={},
+              idempotency_key=scoped, request_sha256=digest)
+    return _create(session, dispatcher, job, actor(key), where, {
+        "mode": job.mode, "model_name": job.model_name, "policy": f"{policy.name}@{policy.version}",
+        "baseline_job_id": baseline})
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
@@ -165,7 +221,7 @@ def list_jobs(
     session: SessionDep, key: Viewer,
     state: State | None = None, mode: Mode | None = None, model_name: str | None = None,
     verdict: Verdict | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = scope(key).where(_query(), Job.project)
     if state:
@@ -261,8 +317,13 @@ def get_decision(job_id: str, session: SessionDep, key: Viewer):
 
 @router.post("/{job_id}/regate", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
              summary="Gate a finished job's logs under another policy version, without retraining")
-def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter):
+def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter,
+               idempotency_key: IdempotencyKey = None):
     where = scope(key)
+    scoped, digest, earlier = _idempotent(session, key, idempotency_key,
+                                          {"regate": job_id, **body.model_dump(mode="json")})
+    if earlier is not None:
+        return load_public(session, earlier.id, where)
     source = where.job(session, job_id, act="re-gate")
     if source.state != JobState.succeeded.value:
         raise ApiError(409, f"job {job_id} is {source.state}; only a succeeded job can be gated again")
@@ -271,20 +332,18 @@ def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher:
     policy = find_policy(session, body.policy, where.project)
     baseline = (source.baseline_job_id if body.baseline == "same"
                 else _baseline(session, where, body.baseline, source.model_name))
-    job = Job(project=where.project, mode="regate", queue=queue_for("regate"), model_name=source.model_name, policy_id=policy.id,
-              baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key), progress={})
-    session.add(job)
-    session.flush()
-    audit(session, actor(key), "job.submitted", "job", job.id, mode="regate", source_job_id=source.id,
-          policy=f"{policy.name}@{policy.version}", baseline_job_id=baseline)
-    session.commit()
-    _enqueue(session, dispatcher, job, actor(key))
-    return load_public(session, job.id, where)
+    job = Job(project=where.project, mode="regate", queue=queue_for("regate"), model_name=source.model_name,
+              policy_id=policy.id, baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key),
+              progress={}, idempotency_key=scoped, request_sha256=digest)
+    return _create(session, dispatcher, job, actor(key), where, {
+        "mode": "regate", "source_job_id": source.id, "policy": f"{policy.name}@{policy.version}",
+        "baseline_job_id": baseline})
 
 
 def submitted_by_key(job: Job, key) -> bool:
     """Whether ``key`` submitted ``job`` (its ``submitted_by`` is ``key:<id>(<name>)``)."""
     return (job.submitted_by or "").startswith(f"key:{key.id}(")
+
 
 
 @router.post("/{job_id}/waivers", response_model=WaiverPublic, status_code=status.HTTP_201_CREATED,

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from clgate.schemas.api import PoliciesPublic, PolicyRef, PolicyVersionPublic
 from clgate.service.deps import Approver, SessionDep, Viewer, actor, scope
 from clgate.service.errors import ApiError
+from clgate.service.limits import MAX_SKIP
 from clgate.store.db import audit
 from clgate.store.models import Policy
 from clgate.policy import PolicyError, parse_policy
@@ -66,7 +67,7 @@ def create_policy(document: Annotated[dict[str, Any], Body()], session: SessionD
 @router.get("", response_model=PoliciesPublic, summary="List policy versions")
 def list_policies(
     session: SessionDep, key: Viewer, name: str | None = None,
-    skip: Annotated[int, Query(ge=0)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = scope(key).where(select(Policy), Policy.project)
     if name:

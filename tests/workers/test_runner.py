@@ -76,7 +76,8 @@ def test_two_concurrent_deliveries_make_one_decision(store, example_log):
         t.start()
     for t in threads:
         t.join()
-    assert results == ["succeeded", "succeeded"]
+    # the second delivery either finds the decision, or the first one alive on the job and leaves it
+    assert sorted(results) in (["running", "succeeded"], ["succeeded", "succeeded"])
     assert _decisions(ctx, job_id) == 1
 
 

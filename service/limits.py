@@ -1,0 +1,184 @@
+"""Admission control: at most ``CLGATE_API_CONCURRENCY`` requests are handled at once.
+
+Why: each request handled by a sync route holds a worker thread and (through its session) at most one
+database connection; the thread pool and the connection pool are sized from the same number
+(:attr:`clgate.store.settings.Settings.db_pool_size`), so an admitted request never waits for a
+connection while another request holds one and waits for a thread (the deadlock of an unbounded
+admission: 40 threads waiting for connections held by requests waiting for threads). Requests beyond the
+limit wait here, in the event loop, holding neither. Health probes are never held back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+EXEMPT = frozenset({"/healthz", "/readyz"})
+# The largest ``skip`` of a listing (a 64-bit OFFSET overflows the database's integer).
+MAX_SKIP = 2**31 - 1
+
+
+class AdmissionLimit:
+    """Pure ASGI middleware: a semaphore around every HTTP request except the health probes."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.active = 0
+        self.waiting = 0
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path") in EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.limit)
+        self.waiting += 1
+        try:
+            await self._semaphore.acquire()
+        finally:
+            self.waiting -= 1
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
+            self._semaphore.release()
+
+
+class RequestGuard:
+    """Pure ASGI middleware: bounds and hygiene of every JSON request, before any route sees it.
+
+    * a JSON body larger than ``max_json_bytes`` → 413 (checked on ``Content-Length`` and while reading);
+    * nesting deeper than ``max_json_depth`` → 422 (a 900-deep spec once reached a RecursionError);
+    * NaN / Infinity → 422 (JSON has no such numbers; Python's parser accepts them);
+    * a NUL character in a JSON string, the path or the query → 422 (PostgreSQL refuses it in text).
+
+    Artifact uploads (not JSON) keep their own limit, ``CLGATE_MAX_UPLOAD_BYTES``.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_json_bytes: int, max_json_depth: int) -> None:
+        self.app, self.max_bytes, self.max_depth = app, max_json_bytes, max_json_depth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
+            await _refuse(send, 422, "a NUL character is not allowed in the path or the query")
+            return
+        headers = {k.lower(): v for k, v in scope.get("headers", [])}
+        if not headers.get(b"content-type", b"").split(b";")[0].strip().endswith(b"json"):
+            await self.app(scope, receive, send)
+            return
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _refuse(send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)")
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _refuse(send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        problem = check_json(body, max_depth=self.max_depth)
+        if problem is not None:
+            await _refuse(send, 422, problem)
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def check_json(body: bytes, *, max_depth: int) -> str | None:
+    """Why ``body`` is refused (too deep, non-finite number, NUL in a string), or ``None``.
+
+    Malformed JSON passes: the route's own validation answers it with its usual 422.
+
+    >>> check_json(b'{"a": [1, 2]}', max_depth=2) is None
+    True
+    >>> check_json(b'[[[1]]]', max_depth=2)
+    'the JSON body is nested deeper than 2 levels (CLGATE_MAX_JSON_DEPTH)'
+    >>> check_json(b'{"lr": Infinity}', max_depth=8)
+    'Infinity is not a JSON number: numbers must be finite'
+    """
+    import json
+
+    depth = _depth(body)
+    if depth > max_depth:
+        return f"the JSON body is nested deeper than {max_depth} levels (CLGATE_MAX_JSON_DEPTH)"
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not a JSON number: numbers must be finite")
+
+    try:
+        document = json.loads(body, parse_constant=refuse)
+    except ValueError as exc:
+        message = str(exc)
+        return message if "must be finite" in message else None
+    except RecursionError:
+        return f"the JSON body is nested deeper than {max_depth} levels (CLGATE_MAX_JSON_DEPTH)"
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return "a NUL character is not allowed in a string"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite"
+    return None
+
+
+def _depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects in ``body`` (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+async def _refuse(send: Send, status: int, reason: str) -> None:
+    import json
+
+    from clgate.service.errors import CODES
+
+    payload = json.dumps({"error": CODES.get(status, "error"), "reason": reason, "problems": [reason]}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
