@@ -10,7 +10,6 @@ from setuptools import find_namespace_packages, setup
 LAYERS = ("schemas", "workers", "service")
 
 
-
 def _packages(root: str, folder: str) -> list[str]:
     """``root`` and every folder below ``folder`` (data folders too: templates, migrations)."""
     found = find_namespace_packages(folder, exclude=["*__pycache__*"])

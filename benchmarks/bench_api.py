@@ -64,9 +64,24 @@ def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:
     env.update(CLGATE_DATA_DIR=str(data_dir), CLGATE_BOOTSTRAP_ADMIN_KEY=ADMIN_KEY, PYTHONUNBUFFERED="1")
     with open(data_dir.parent / "api.log", "wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "clgate.service.app:create_app", "--host", "127.0.0.1",
-             "--port", str(port), "--log-level", "warning", "--no-access-log"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--factory",
+                "clgate.service.app:create_app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -91,8 +106,16 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 600) -> dict:
     raise TimeoutError(job_id)
 
 
-def load(url: str, *, clients: int, seconds: float, max_requests: int, job_ids: list[str], log_ref: str,
-         write_share: float) -> dict:
+def load(
+    url: str,
+    *,
+    clients: int,
+    seconds: float,
+    max_requests: int,
+    job_ids: list[str],
+    log_ref: str,
+    write_share: float,
+) -> dict:
     reads: list[float] = []
     writes: list[float] = []
     errors: list[str] = []
@@ -108,9 +131,16 @@ def load(url: str, *, clients: int, seconds: float, max_requests: int, job_ids: 
                 t0 = time.perf_counter()
                 try:
                     if write:
-                        r = c.post("/v1/jobs", json={"mode": "metrics", "model_name": "bench", "logs": [log_ref],
-                                                     "policy": {"name": "digits-release", "version": "1"},
-                                                     "baseline": "none"})
+                        r = c.post(
+                            "/v1/jobs",
+                            json={
+                                "mode": "metrics",
+                                "model_name": "bench",
+                                "logs": [log_ref],
+                                "policy": {"name": "digits-release", "version": "1"},
+                                "baseline": "none",
+                            },
+                        )
                     else:
                         r = c.get(f"/v1/jobs/{rng.choice(job_ids)}")
                     ok = r.status_code in (200, 202)
@@ -141,8 +171,14 @@ def direct_run(spec_path: Path, out: Path, *, gate: bool) -> float:
     else:
         argv = ["run", str(spec_path), "--out", str(out), "--quiet"]
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "clgate", *argv], cwd=REPO, capture_output=True, text=True,
-                       timeout=900, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "clgate", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     elapsed = time.perf_counter() - t0
     if r.returncode not in (0, 1):  # PASS/WARN or FAIL are both a finished gate
         raise RuntimeError(f"clgate {argv[0]} failed ({r.returncode}):\n{r.stderr[-2000:]}")
@@ -162,8 +198,11 @@ def direct_in_process(spec: dict, out: Path) -> float:
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     paths = run_job(JobSpec.parse(spec), out / "logs")
-    gate_logs([EvaluationLog.load(p) for p in paths], parse_policy(yaml.safe_load(POLICY.read_text())),
-              out_dir=out / "gate")
+    gate_logs(
+        [EvaluationLog.load(p) for p in paths],
+        parse_policy(yaml.safe_load(POLICY.read_text())),
+        out_dir=out / "gate",
+    )
     return time.perf_counter() - t0
 
 
@@ -173,9 +212,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--max-requests", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=2, help="digits jobs per side (service / direct)")
-    parser.add_argument("--levels", default="8,64,200",
-                        help="concurrent clients of the reads-only and submissions-only phases")
-    parser.add_argument("--skip-digits", action="store_true", help="only the load phases (no digits job timing)")
+    parser.add_argument(
+        "--levels",
+        default="8,64,200",
+        help="concurrent clients of the reads-only and submissions-only phases",
+    )
+    parser.add_argument(
+        "--skip-digits", action="store_true", help="only the load phases (no digits job timing)"
+    )
     args = parser.parse_args()
     levels = [int(n) for n in args.levels.split(",") if n.strip()]
 
@@ -198,13 +242,27 @@ def main() -> None:
             args.repeats = 0
         else:
             direct_in_process(spec, tmp / "warm-up")  # imports, first-call costs: both sides measured warm
-            warm = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
-                                            "policy": {"name": "digits-release", "version": "1"}}).json()
+            warm = c.post(
+                "/v1/jobs",
+                json={
+                    "mode": "retrain",
+                    "model_name": "bench-digits",
+                    "spec": spec,
+                    "policy": {"name": "digits-release", "version": "1"},
+                },
+            ).json()
             wait_job(c, warm["id"])  # starts the embedded worker process and its imports
             for i in range(args.repeats):
                 t0 = time.perf_counter()
-                job = c.post("/v1/jobs", json={"mode": "retrain", "model_name": "bench-digits", "spec": spec,
-                                               "policy": {"name": "digits-release", "version": "1"}}).json()
+                job = c.post(
+                    "/v1/jobs",
+                    json={
+                        "mode": "retrain",
+                        "model_name": "bench-digits",
+                        "spec": spec,
+                        "policy": {"name": "digits-release", "version": "1"},
+                    },
+                ).json()
                 job = wait_job(c, job["id"])
                 service_s.append(time.perf_counter() - t0)
                 inside_s.append(job["duration_s"])
@@ -212,27 +270,53 @@ def main() -> None:
                 direct_s.append(direct_run(spec_path, tmp / f"direct-{i}", gate=True))
                 run_s.append(direct_run(spec_path, tmp / f"run-{i}", gate=False))
                 lib_s.append(direct_in_process(spec, tmp / f"lib-{i}"))
-                print(f"digits job {i + 1}: service {service_s[-1]:.2f} s (worker {inside_s[-1]:.2f} s), "
-                      f"library in process {lib_s[-1]:.2f} s, clgate gate --job {direct_s[-1]:.2f} s, "
-                      f"clgate run {run_s[-1]:.2f} s", flush=True)
+                print(
+                    f"digits job {i + 1}: service {service_s[-1]:.2f} s (worker {inside_s[-1]:.2f} s), "
+                    f"library in process {lib_s[-1]:.2f} s, clgate gate --job {direct_s[-1]:.2f} s, "
+                    f"clgate run {run_s[-1]:.2f} s",
+                    flush=True,
+                )
         for _ in range(3):  # a few finished jobs to read
-            wait_job(c, c.post("/v1/jobs", json={"mode": "metrics", "model_name": "bench", "logs": [log_ref],
-                                                 "policy": {"name": "digits-release", "version": "1"},
-                                                 "baseline": "none"}).json()["id"])
+            wait_job(
+                c,
+                c.post(
+                    "/v1/jobs",
+                    json={
+                        "mode": "metrics",
+                        "model_name": "bench",
+                        "logs": [log_ref],
+                        "policy": {"name": "digits-release", "version": "1"},
+                        "baseline": "none",
+                    },
+                ).json()["id"],
+            )
         job_ids = [j["id"] for j in c.get("/v1/jobs").json()["data"]]
 
         # ---- concurrency levels: reads only, then submissions only, at each level
         by_level = {}
         for n in levels:
             for kind, share in (("reads", 0.0), ("submissions", 1.0)):
-                by_level[(n, kind)] = load(url, clients=n, seconds=args.seconds,
-                                           max_requests=min(args.max_requests, 5 * n if share else 20 * n),
-                                           job_ids=job_ids, log_ref=log_ref, write_share=share)
+                by_level[(n, kind)] = load(
+                    url,
+                    clients=n,
+                    seconds=args.seconds,
+                    max_requests=min(args.max_requests, 5 * n if share else 20 * n),
+                    job_ids=job_ids,
+                    log_ref=log_ref,
+                    write_share=share,
+                )
 
         # ---- load: status reads only, then reads with 10 % metrics-only submissions (which then run)
         phases = {
-            name: load(url, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests,
-                       job_ids=job_ids, log_ref=log_ref, write_share=share)
+            name: load(
+                url,
+                clients=args.clients,
+                seconds=args.seconds,
+                max_requests=args.max_requests,
+                job_ids=job_ids,
+                log_ref=log_ref,
+                write_share=share,
+            )
             for name, share in (("reads only", 0.0), ("90 % reads, 10 % submissions", 0.1))
         }
         queued = c.get("/v1/jobs", params={"mode": "metrics", "limit": 1}).json()["count"]
@@ -246,23 +330,31 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
     ms = 1000.0
-    print(f"{'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    print(
+        f"{'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
+    )
     for (n, kind), result in by_level.items():
         times = result["reads"] + result["writes"]
-        print(f"{n:>8} {kind:<12} {len(times):>8} {len(times) / result['elapsed']:>8.1f} "
-              f"{pct(times, .5) * ms:>8.1f} {pct(times, .99) * ms:>8.1f} {len(result['errors']):>7}"
-              + (f"  e.g. {result['errors'][0]}" if result["errors"] else ""))
+        print(
+            f"{n:>8} {kind:<12} {len(times):>8} {len(times) / result['elapsed']:>8.1f} "
+            f"{pct(times, 0.5) * ms:>8.1f} {pct(times, 0.99) * ms:>8.1f} {len(result['errors']):>7}"
+            + (f"  e.g. {result['errors'][0]}" if result["errors"] else "")
+        )
     for name, result in phases.items():
         reads, writes, errors = result["reads"], result["writes"], result["errors"]
         total = len(reads) + len(writes)
         print()
         print(f"load, {name}: {args.clients} clients, {result['elapsed']:.1f} s, {total} requests")
         print(f"  throughput            {total / result['elapsed']:8.1f} req/s")
-        print(f"  read  p50 / p99       {pct(reads, .5) * ms:8.2f} / {pct(reads, .99) * ms:.2f} ms   (goal p99 < 50 ms)")
+        print(
+            f"  read  p50 / p99       {pct(reads, 0.5) * ms:8.2f} / {pct(reads, 0.99) * ms:.2f} ms   (goal p99 < 50 ms)"
+        )
         if writes:
-            print(f"  write p50 / p99       {pct(writes, .5) * ms:8.2f} / {pct(writes, .99) * ms:.2f} ms")
-        print(f"  errors                {len(errors):8d}        (goal 0){'  e.g. ' + errors[0] if errors else ''}")
-        print(f"  ratio read p99 / 50 ms {pct(reads, .99) * ms / 50:7.3f}   (goal < 1)")
+            print(f"  write p50 / p99       {pct(writes, 0.5) * ms:8.2f} / {pct(writes, 0.99) * ms:.2f} ms")
+        print(
+            f"  errors                {len(errors):8d}        (goal 0){'  e.g. ' + errors[0] if errors else ''}"
+        )
+        print(f"  ratio read p99 / 50 ms {pct(reads, 0.99) * ms / 50:7.3f}   (goal < 1)")
     print(f"metrics-only jobs stored by the load: {queued}")
     if not service_s:
         return
@@ -272,7 +364,9 @@ def main() -> None:
     print(f"  service, submit → decision stored   {svc:8.2f} s")
     print(f"  service, worker's own run time      {wrk:8.2f} s")
     print(f"  library in this process (warm)      {lib:8.2f} s   (run_job + gate_logs: the same work)")
-    print(f"  clgate gate --job (fresh process)   {direct:8.2f} s   (the same work, plus start-up and imports)")
+    print(
+        f"  clgate gate --job (fresh process)   {direct:8.2f} s   (the same work, plus start-up and imports)"
+    )
     print(f"  clgate run (fresh process)          {run_only:8.2f} s   (engine only, no gate)")
     print(f"  ratio service / library (warm)      {svc / lib:8.3f}   (the job's confined child starts fresh)")
     print(f"  ratio service / clgate gate --job   {svc / direct:8.3f}")

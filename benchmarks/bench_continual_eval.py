@@ -77,7 +77,9 @@ def bench_evaluation(n_samples: int, shape: tuple[int, ...], label: str) -> floa
         b_times.append(median_time(bare_forward, repeat))
     e, b = statistics.median(e_times), statistics.median(b_times)
     ratio = e / b
-    print(f"  {label}: evaluation point {e * 1e3:.3f} ms, bare forward {b * 1e3:.3f} ms → ratio {ratio:.3f} (goal ≤ 1.2)")
+    print(
+        f"  {label}: evaluation point {e * 1e3:.3f} ms, bare forward {b * 1e3:.3f} ms → ratio {ratio:.3f} (goal ≤ 1.2)"
+    )
     return ratio
 
 
@@ -93,7 +95,9 @@ def bench_training() -> float:
     n_tasks = 5
 
     def engine(iters: int) -> float:
-        spec = digits_spec(**{"strategy.name": "finetune", "training.iterations": iters, "evaluation.eval_every": None})
+        spec = digits_spec(
+            **{"strategy.name": "finetune", "training.iterations": iters, "evaluation.eval_every": None}
+        )
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
             run_job(spec, Path(tmp))
@@ -141,7 +145,9 @@ def bench_training() -> float:
     e = (min(e_hi) - min(e_lo)) / ((hi - lo) * n_tasks)
     p = (min(p_hi) - min(p_lo)) / ((hi - lo) * n_tasks)
     ratio = e / p
-    print(f"  engine iteration {e * 1e6:.1f} µs, plain loop iteration {p * 1e6:.1f} µs → ratio {ratio:.3f} (goal ≤ 1.1)")
+    print(
+        f"  engine iteration {e * 1e6:.1f} µs, plain loop iteration {p * 1e6:.1f} µs → ratio {ratio:.3f} (goal ≤ 1.1)"
+    )
     return ratio
 
 
@@ -158,19 +164,32 @@ def bench_digits_er() -> tuple[float, float]:
         cmd = [str(clgate)] if clgate.exists() else [sys.executable, "-m", "clgate.cli"]
         t = time.perf_counter()
         subprocess.run(
-            [*cmd, "run", str(REPO / "examples" / "jobs" / "digits-er.yaml"), "evaluation.eval_every=1",
-             "--device", "cpu", "--out", tmp, "-q"],
+            [
+                *cmd,
+                "run",
+                str(REPO / "examples" / "jobs" / "digits-er.yaml"),
+                "evaluation.eval_every=1",
+                "--device",
+                "cpu",
+                "--out",
+                tmp,
+                "-q",
+            ],
             check=True,
             capture_output=True,
         )
         cli = time.perf_counter() - t
-    print(f"  digits, 5 tasks, er, eval_every=1: {n_points} evaluation points; run_job {in_process:.2f} s, "
-          f"`clgate run` {cli:.2f} s end to end (goal < 60 s)")
+    print(
+        f"  digits, 5 tasks, er, eval_every=1: {n_points} evaluation points; run_job {in_process:.2f} s, "
+        f"`clgate run` {cli:.2f} s end to end (goal < 60 s)"
+    )
     return in_process, cli
 
 
 def main() -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads available; engine uses cpu_threads=1")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads available; engine uses cpu_threads=1"
+    )
     print("1. evaluation point ÷ bare inference_mode forward (same tensors, batch 2048)")
     torch.set_num_threads(1)
     bench_evaluation(360, (1, 8, 8), "digits test set, 360 × 64")

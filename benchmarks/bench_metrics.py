@@ -45,17 +45,33 @@ def synthetic_log(n_tasks: int, per_task: int, n_points: int, seed: int = 0) -> 
     correct = rng.binomial(total, skill)
     ends = np.r_[point_task[1:] != point_task[:-1], True]
     points = [
-        {"iteration": 10 * (i + 1), "task": int(point_task[i]) + 1, "task_end": bool(ends[i]),
-         "correct": correct[i].tolist(), "total": total[i].tolist()}
+        {
+            "iteration": 10 * (i + 1),
+            "task": int(point_task[i]) + 1,
+            "task_end": bool(ends[i]),
+            "correct": correct[i].tolist(),
+            "total": total[i].tolist(),
+        }
         for i in range(n_points)
     ]
     resources = [
-        {"task": k + 1, "model_params": 1_000_000 + 1000 * k, "buffer_bytes": 200_000 * k,
-         "train_bytes": 3_000_000, "ops_train": 1.2e12, "ops_pass": 1.2e10}
+        {
+            "task": k + 1,
+            "model_params": 1_000_000 + 1000 * k,
+            "buffer_bytes": 200_000 * k,
+            "train_bytes": 3_000_000,
+            "ops_train": 1.2e12,
+            "ops_pass": 1.2e10,
+        }
         for k in range(n_tasks)
     ]
-    doc = {"format": "clgate.evaluation-log/v1", "tasks": tasks.tolist(), "points": points,
-           "resources": resources, "meta": {"synthetic": True, "seed": seed}}
+    doc = {
+        "format": "clgate.evaluation-log/v1",
+        "tasks": tasks.tolist(),
+        "points": points,
+        "resources": resources,
+        "meta": {"synthetic": True, "seed": seed},
+    }
     return json.dumps(doc).encode()
 
 
@@ -86,10 +102,14 @@ def main() -> None:
     loading = t_load + t_arrays
 
     C = args.tasks * args.classes_per_task
-    print(f"clgate metrics benchmark — python {platform.python_version()}, numpy {np.__version__}, "
-          f"{os.cpu_count()} CPU(s) visible")
-    print(f"log: K = {args.tasks} tasks × {args.classes_per_task} classes (C = {C}), P = {args.points} points, "
-          f"{len(raw) / 1e6:.1f} MB of JSON; best of {args.repeat}")
+    print(
+        f"clgate metrics benchmark — python {platform.python_version()}, numpy {np.__version__}, "
+        f"{os.cpu_count()} CPU(s) visible"
+    )
+    print(
+        f"log: K = {args.tasks} tasks × {args.classes_per_task} classes (C = {C}), P = {args.points} points, "
+        f"{len(raw) / 1e6:.1f} MB of JSON; best of {args.repeat}"
+    )
     print(f"  parse + validate (EvaluationLog)   {t_load:8.3f} s")
     print(f"  LogArrays construction             {t_arrays:8.3f} s")
     print(f"  all metrics (compute_metrics)      {t_metrics:8.3f} s   ({len(result.metrics)} ids, macro)")

@@ -30,6 +30,7 @@ import numpy as np
 def make_npz(path: Path, n_classes: int, per_class: int, test_per_class: int, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
     centres = rng.integers(40, 216, size=(n_classes, 3, 1, 1))
+
     def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
         y = np.repeat(np.arange(n_classes), n)
         x = np.empty((len(y), 3, 32, 32), dtype=np.uint8)
@@ -37,6 +38,7 @@ def make_npz(path: Path, n_classes: int, per_class: int, test_per_class: int, se
             noise = rng.normal(0, 40, size=(n, 3, 32, 32)).astype(np.float32)
             x[c * n : (c + 1) * n] = np.clip(centres[c] + noise, 0, 255).astype(np.uint8)
         return x, y
+
     x_train, y_train = draw(per_class)
     x_test, y_test = draw(test_per_class)
     np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
@@ -58,9 +60,12 @@ def make_folder(root: Path, n_classes: int, per_class: int, size: int = 64) -> N
 
 def job(data: dict, *, n_tasks: int, eval_every: int | None, subsample: int | None, iterations: int) -> dict:
     return {
-        "data": data, "scenario": {"n_tasks": n_tasks}, "model": {"arch": "cnn"},
+        "data": data,
+        "scenario": {"n_tasks": n_tasks},
+        "model": {"arch": "cnn"},
         "training": {"batch_size": 64, "iterations": iterations, "lr": 0.01},
-        "evaluation": {"eval_every": eval_every, "subsample_per_task": subsample}, "cpu_threads": 1,
+        "evaluation": {"eval_every": eval_every, "subsample_per_task": subsample},
+        "cpu_threads": 1,
     }
 
 
@@ -103,8 +108,15 @@ def plain_loop(npz: Path, *, n_tasks: int, iterations: int, recorder_every: int 
     model = build_model("cnn", ds.input_shape, ds.n_classes).to(device)
     recorder = None
     if recorder_every is not None:
-        recorder = Recorder(ds.x_test, ds.y_test, tasks=tasks, eval_every=recorder_every, subsample_per_task=200,
-                            device=device, transform=model_input)
+        recorder = Recorder(
+            ds.x_test,
+            ds.y_test,
+            tasks=tasks,
+            eval_every=recorder_every,
+            subsample_per_task=200,
+            device=device,
+            transform=model_input,
+        )
     x_all, y_all = torch.from_numpy(ds.x_train), torch.from_numpy(ds.y_train)
     start = time.perf_counter()
     for classes in tasks:
@@ -132,10 +144,14 @@ def plain_loop(npz: Path, *, n_tasks: int, iterations: int, recorder_every: int 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--per-class", type=int, default=600)
-    parser.add_argument("--images", type=int, default=20_000, help="PNG images (64×64) in the folder; 0: skip")
+    parser.add_argument(
+        "--images", type=int, default=20_000, help="PNG images (64×64) in the folder; 0: skip"
+    )
     parser.add_argument("--iterations", type=int, default=50, help="updates per task")
     args = parser.parse_args()
     n_tasks = 10 if args.classes % 10 == 0 else 1
@@ -151,24 +167,40 @@ def main() -> None:
         load_npz(npz).digest()
         print(f"  load + digest: {time.perf_counter() - t:.2f} s")
         data = {"kind": "npz", "path": str(npz)}
-        wall_eval, rss = run_cli(job(data, n_tasks=n_tasks, eval_every=10, subsample=None, iterations=args.iterations),
-                                 work, "eval")
-        wall_train, _ = run_cli(job(data, n_tasks=n_tasks, eval_every=None, subsample=50, iterations=args.iterations),
-                                work, "train")
-        print(f"  clgate run peak RSS: {rss / 2**20:.0f} MiB (goal ≤ 900 MiB at full size); wall {wall_eval:.1f} s")
-        print(f"  evaluation share of wall time (eval_every 10, all held-out samples): "
-              f"{max(0.0, wall_eval - wall_train) / wall_eval:.0%}")
+        wall_eval, rss = run_cli(
+            job(data, n_tasks=n_tasks, eval_every=10, subsample=None, iterations=args.iterations),
+            work,
+            "eval",
+        )
+        wall_train, _ = run_cli(
+            job(data, n_tasks=n_tasks, eval_every=None, subsample=50, iterations=args.iterations),
+            work,
+            "train",
+        )
+        print(
+            f"  clgate run peak RSS: {rss / 2**20:.0f} MiB (goal ≤ 900 MiB at full size); wall {wall_eval:.1f} s"
+        )
+        print(
+            f"  evaluation share of wall time (eval_every 10, all held-out samples): "
+            f"{max(0.0, wall_eval - wall_train) / wall_eval:.0%}"
+        )
 
         updates = n_tasks * args.iterations
         plain = plain_loop(npz, n_tasks=n_tasks, iterations=args.iterations, recorder_every=None)
         with_rec = plain_loop(npz, n_tasks=n_tasks, iterations=args.iterations, recorder_every=10)
         # the engine's wall time includes its process start and imports: compare on the training part
         # measured as a whole run without evaluation, less a run of one update per task
-        wall_one, _ = run_cli(job(data, n_tasks=n_tasks, eval_every=None, subsample=50, iterations=1), work, "one")
+        wall_one, _ = run_cli(
+            job(data, n_tasks=n_tasks, eval_every=None, subsample=50, iterations=1), work, "one"
+        )
         engine_train = max(1e-9, wall_train - wall_one) * updates / max(1, updates - n_tasks)
-        print(f"  training samples/s: engine {updates * 64 / engine_train:.0f}, plain DataLoader loop "
-              f"{updates * 64 / plain:.0f} → ratio {plain / engine_train:.2f}× (goal ≥ 0.9×)")
-        print(f"  recorder (every 10 updates, 200 samples/task) in a plain loop: {with_rec / plain:.2f}× the loop's time")
+        print(
+            f"  training samples/s: engine {updates * 64 / engine_train:.0f}, plain DataLoader loop "
+            f"{updates * 64 / plain:.0f} → ratio {plain / engine_train:.2f}× (goal ≥ 0.9×)"
+        )
+        print(
+            f"  recorder (every 10 updates, 200 samples/task) in a plain loop: {with_rec / plain:.2f}× the loop's time"
+        )
 
         if args.images:
             folder = work / "images"
@@ -179,11 +211,18 @@ def main() -> None:
             t = time.perf_counter()
             load_image_folder(folder, size=(64, 64))
             load_s = time.perf_counter() - t
-            spec = job({"kind": "image_folder", "path": str(folder), "size": [64, 64]}, n_tasks=10,
-                       eval_every=None, subsample=50, iterations=5)
+            spec = job(
+                {"kind": "image_folder", "path": str(folder), "size": [64, 64]},
+                n_tasks=10,
+                eval_every=None,
+                subsample=50,
+                iterations=5,
+            )
             wall, rss = run_cli(spec, work, "folder")
-            print(f"image folder: 100 classes × {per_class} PNG 64×64: load {load_s:.1f} s, "
-                  f"clgate run peak RSS {rss / 2**20:.0f} MiB, wall {wall:.1f} s")
+            print(
+                f"image folder: 100 classes × {per_class} PNG 64×64: load {load_s:.1f} s, "
+                f"clgate run peak RSS {rss / 2**20:.0f} MiB, wall {wall:.1f} s"
+            )
     print(f"(this process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
 
 

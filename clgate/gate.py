@@ -36,8 +36,14 @@ def gate_logs(
         from clgate.reports import write_reports
 
         result.files = write_reports(
-            result.decision, Path(out_dir), metrics=result.metrics, baseline_metrics=result.baseline_metrics,
-            logs=list(logs), policy=policy, generated_at=started, elapsed_s=time.perf_counter() - t0,
+            result.decision,
+            Path(out_dir),
+            metrics=result.metrics,
+            baseline_metrics=result.baseline_metrics,
+            logs=list(logs),
+            policy=policy,
+            generated_at=started,
+            elapsed_s=time.perf_counter() - t0,
             report_url=report_url,
         )
     return result

@@ -59,7 +59,9 @@ def table_format(path: Path, given: str | None = None) -> TableFormat:
         return "jsonl"
     if fmt == "csv":
         return "csv"
-    raise TableError(f"{path}: unknown table format {fmt!r}; use a .csv or .jsonl file, or --format csv|jsonl")
+    raise TableError(
+        f"{path}: unknown table format {fmt!r}; use a .csv or .jsonl file, or --format csv|jsonl"
+    )
 
 
 def read_table(path: str | Path, *, fmt: str | None = None) -> list[tuple[int, dict[str, Any]]]:
@@ -130,7 +132,9 @@ def _fraction(value: Any, where: str) -> float:
     except (TypeError, ValueError):
         raise TableError(f"{where}: expected a number in [0, 1], got {value!r}") from None
     if isinstance(value, bool) or not math.isfinite(number) or not 0 <= number <= 1:
-        raise TableError(f"{where}: expected an accuracy in [0, 1] (a fraction, not a percentage), got {value!r}")
+        raise TableError(
+            f"{where}: expected an accuracy in [0, 1] (a fraction, not a percentage), got {value!r}"
+        )
     return number
 
 
@@ -197,7 +201,9 @@ def log_from_rows(
             from_accuracy = True
         if correct > total:
             raise TableError(f"{where}, column 'correct': {correct} exceeds total {total}")
-        end = _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
+        end = (
+            _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
+        )
         records.append((number, iteration, task, name, correct, total, end))
     ids = _class_ids(records, tasks, source)
     n_classes = len(ids)
@@ -215,7 +221,9 @@ def log_from_rows(
             | dict(meta or {}),
         )
     except ValidationError as exc:
-        raise TableError(f"{source}: the table does not make a valid log:\n  " + "\n  ".join(problems_of(exc))) from None
+        raise TableError(
+            f"{source}: the table does not make a valid log:\n  " + "\n  ".join(problems_of(exc))
+        ) from None
 
 
 def _class_ids(records: list, tasks: Sequence[Sequence[int | str]] | None, source: str) -> dict[str, int]:
@@ -239,14 +247,18 @@ def _class_ids(records: list, tasks: Sequence[Sequence[int | str]] | None, sourc
     return {n: i for i, n in enumerate(names)}  # ids in order of first evaluation
 
 
-def _layout(records: list, ids: dict[str, int], tasks: Sequence[Sequence[int | str]] | None, source: str) -> list[list[int]]:
+def _layout(
+    records: list, ids: dict[str, int], tasks: Sequence[Sequence[int | str]] | None, source: str
+) -> list[list[int]]:
     if tasks is not None:
         layout = []
         for k, group in enumerate(tasks):
             try:
                 layout.append([ids[str(c)] for c in group])
             except KeyError as exc:
-                raise TableError(f"{source}: --tasks[{k}]: class {exc.args[0]!r} never appears in the table") from None
+                raise TableError(
+                    f"{source}: --tasks[{k}]: class {exc.args[0]!r} never appears in the table"
+                ) from None
         return layout
     first_task: dict[int, int] = {}
     for r in records:
@@ -269,8 +281,13 @@ def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> 
         point = by_iteration.get(iteration)
         if point is None:
             point = by_iteration[iteration] = {
-                "iteration": iteration, "task": task, "task_end": end, "correct": [0] * n_classes,
-                "total": [0] * n_classes, "_rows": {}, "_first": number,
+                "iteration": iteration,
+                "task": task,
+                "task_end": end,
+                "correct": [0] * n_classes,
+                "total": [0] * n_classes,
+                "_rows": {},
+                "_first": number,
             }
         where = f"{source}: row {number}"
         if task != point["task"]:
@@ -279,7 +296,9 @@ def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> 
                 f"says task {point['task']} (one task per iteration)"
             )
         if end is not None and point["task_end"] is not None and end != point["task_end"]:
-            raise TableError(f"{where}, column 'task_end': disagrees with row {point['_first']} at iteration {iteration}")
+            raise TableError(
+                f"{where}, column 'task_end': disagrees with row {point['_first']} at iteration {iteration}"
+            )
         if end is not None:
             point["task_end"] = end
         c = ids[name]
@@ -310,8 +329,14 @@ def rows_from_log(log: EvaluationLog) -> list[dict[str, Any]]:
         for c, (correct, total) in enumerate(zip(p.correct, p.total)):
             if total:
                 rows.append(
-                    {"iteration": p.iteration, "task": p.task, "class": log.class_label(c),
-                     "correct": correct, "total": total, "task_end": p.task_end}
+                    {
+                        "iteration": p.iteration,
+                        "task": p.task,
+                        "class": log.class_label(c),
+                        "correct": correct,
+                        "total": total,
+                        "task_end": p.task_end,
+                    }
                 )
     return rows
 

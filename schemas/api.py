@@ -23,13 +23,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+
 def _utc(value: dt.datetime) -> dt.datetime:
     """A stored time is UTC; SQLite hands it back naive, so it is marked UTC before it is answered."""
     return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
-UtcDatetime = Annotated[dt.datetime, AfterValidator(_utc),
-                        Field(description="RFC 3339 date-time in UTC, always with its offset.")]
+UtcDatetime = Annotated[
+    dt.datetime, AfterValidator(_utc), Field(description="RFC 3339 date-time in UTC, always with its offset.")
+]
 
 from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
 from clgate.schemas.vocab import JobMode as Mode
@@ -186,7 +188,9 @@ class ResultsPublic(BaseModel):
 class WaiverCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    justification: str = Field(min_length=20, max_length=10_000, description="Why shipping despite the FAIL is acceptable.")
+    justification: str = Field(
+        min_length=20, max_length=10_000, description="Why shipping despite the FAIL is acceptable."
+    )
     expires_at: dt.datetime | None = None
 
     @field_validator("justification")
@@ -205,7 +209,9 @@ class WaiverPublic(BaseModel):
     approver: str
     created_at: UtcDatetime
     expires_at: UtcDatetime | None
-    record_hash: str | None = Field(None, description="The waiver's link in its hash chain (`clgate audit verify`).")
+    record_hash: str | None = Field(
+        None, description="The waiver's link in its hash chain (`clgate audit verify`)."
+    )
 
 
 class DecisionPublic(BaseModel):
@@ -217,7 +223,9 @@ class DecisionPublic(BaseModel):
     headline: dict[str, Any]
     document: dict[str, Any] = Field(description="The gate decision as the gate wrote it (decision.json).")
     created_at: UtcDatetime
-    record_hash: str | None = Field(None, description="The decision's link in its hash chain (`clgate audit verify`).")
+    record_hash: str | None = Field(
+        None, description="The decision's link in its hash chain (`clgate audit verify`)."
+    )
     waivers: list[WaiverPublic] = Field(default_factory=list)
 
 
@@ -264,7 +272,9 @@ class AuditEventPublic(BaseModel):
     details: dict[str, Any]
     project: str | None = None
     seq: int | None = Field(None, description="Position in the audit hash chain (`clgate audit verify`).")
-    record_hash: str | None = Field(None, description="SHA-256 of the event's content and its predecessor's hash.")
+    record_hash: str | None = Field(
+        None, description="SHA-256 of the event's content and its predecessor's hash."
+    )
 
 
 class AuditEventsPublic(BaseModel):

@@ -47,7 +47,8 @@ class RuleResult(BaseModel):
     status: RuleStatus
     message: str = Field(description="One sentence for a person.")
     evidence: dict[str, Any] = Field(
-        default_factory=dict, description="Where the value came from: task (1-based), class, iteration, seed …"
+        default_factory=dict,
+        description="Where the value came from: task (1-based), class, iteration, seed …",
     )
 
 
@@ -88,7 +89,9 @@ class Headline(BaseModel):
     class_regression_class: str | None = Field(
         None, description="The class with that drop (in the run with the largest one): what an alert names."
     )
-    worst_classes: list[WorstClass] = Field(default_factory=list, description="Lowest final accuracies first.")
+    worst_classes: list[WorstClass] = Field(
+        default_factory=list, description="Lowest final accuracies first."
+    )
 
 
 class Hashes(BaseModel):
@@ -111,7 +114,8 @@ class Decision(BaseModel):
     rules: list[RuleResult]
     errors: list[str] = Field(default_factory=list, description="Input problems (verdict ERROR).")
     complete: bool = Field(
-        True, description="False when a run or the baseline is partial: rules that need what is missing do not pass."
+        True,
+        description="False when a run or the baseline is partial: rules that need what is missing do not pass.",
     )
     incomplete: list[str] = Field(
         default_factory=list, description="One line per partial run: its seed and how many tasks it finished."

@@ -75,7 +75,12 @@ class TaskResources(BaseModel):
     train_bytes: Annotated[int, Field(ge=0, description="Bytes of the task's training set.")]
     ops_train: Annotated[float, Field(ge=0, allow_inf_nan=False, description="Mul-adds to learn the task.")]
     ops_pass: Annotated[
-        float, Field(ge=0, allow_inf_nan=False, description="Mul-adds of one forward+backward pass over the task's training set.")
+        float,
+        Field(
+            ge=0,
+            allow_inf_nan=False,
+            description="Mul-adds of one forward+backward pass over the task's training set.",
+        ),
     ]
 
 
@@ -85,7 +90,9 @@ class Divergence(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task: Annotated[int, Field(ge=1, description="1-based task being trained when it diverged.")]
-    iteration: Annotated[int, Field(ge=0, description="The update (1-based count) whose result was not finite.")]
+    iteration: Annotated[
+        int, Field(ge=0, description="The update (1-based count) whose result was not finite.")
+    ]
     reason: str = Field(description="What was not finite, e.g. 'loss is nan'.")
 
 
@@ -151,7 +158,9 @@ class EvaluationLog(BaseModel):
                 if c < 0:
                     problems.add(f"tasks[{k}]: class id {c} is negative")
                 elif c in seen:
-                    problems.add(f"tasks[{k}]: class {c} already belongs to tasks[{seen[c]}] (tasks must be disjoint)")
+                    problems.add(
+                        f"tasks[{k}]: class {c} already belongs to tasks[{seen[c]}] (tasks must be disjoint)"
+                    )
                 else:
                     seen[c] = k
         n_classes = len(seen)
@@ -160,9 +169,7 @@ class EvaluationLog(BaseModel):
             problems.add(f"tasks: class ids must be 0 … {n_classes - 1}; missing {_short(missing)}")
         if self.class_names is not None:
             if len(self.class_names) != n_classes:
-                problems.add(
-                    f"class_names: {len(self.class_names)} names for {n_classes} classes in tasks"
-                )
+                problems.add(f"class_names: {len(self.class_names)} names for {n_classes} classes in tasks")
             duplicates = sorted({n for n in self.class_names if self.class_names.count(n) > 1})
             if duplicates:
                 problems.add(f"class_names: duplicate names {_short(duplicates)}")
@@ -265,7 +272,9 @@ class EvaluationLog(BaseModel):
             problems.add(f"resources: {len(self.resources)} entries, expected one per task ({expected})")
         for k, r in enumerate(self.resources):
             if r.task != k + 1:
-                problems.add(f"resources[{k}].task: is {r.task}, expected {k + 1} (one entry per task, in order)")
+                problems.add(
+                    f"resources[{k}].task: is {r.task}, expected {k + 1} (one entry per task, in order)"
+                )
 
     # ------------------------------------------------------------------ I/O
     @classmethod

@@ -36,7 +36,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from clgate.schemas.errors import InputError, parse_document, read_text, validate
 from clgate.schemas.vocab import EngineMode
 
-
 # Bounds of a job spec: far above any continual-learning run this service is for, far below what would
 # exhaust a worker (a 1e9-wide layer, 1e12 replay slots, thousands of seeds).
 MAX_HIDDEN = 65_536
@@ -88,7 +87,9 @@ class ImageFolderData(_Strict):
 
     kind: Literal["image_folder"] = "image_folder"
     path: str
-    size: tuple[Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]] = (32, 32)
+    size: tuple[
+        Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]
+    ] = (32, 32)
     color: Literal["L", "RGB"] = "RGB"
 
 
@@ -104,9 +105,7 @@ class SyntheticData(_Strict):
     seed: int = 0
 
 
-DataSpec = Annotated[
-    DigitsData | NpzData | ImageFolderData | SyntheticData, Field(discriminator="kind")
-]
+DataSpec = Annotated[DigitsData | NpzData | ImageFolderData | SyntheticData, Field(discriminator="kind")]
 
 
 # ---------------------------------------------------------------------- scenario
@@ -214,7 +213,12 @@ class StrategySpec(BaseModel):
         for key, v in value.items():
             if isinstance(v, float) and not math.isfinite(v):
                 raise ValueError(f"{key}: must be a finite number (got {v})")
-            if key.endswith("_size") and isinstance(v, int) and not isinstance(v, bool) and v > MAX_MEMORY_SIZE:
+            if (
+                key.endswith("_size")
+                and isinstance(v, int)
+                and not isinstance(v, bool)
+                and v > MAX_MEMORY_SIZE
+            ):
                 raise ValueError(f"{key}: at most {MAX_MEMORY_SIZE} (MAX_MEMORY_SIZE), got {v}")
         return value
 
@@ -249,9 +253,10 @@ class TrainingSpec(_Strict):
     iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] | None = None
     precision: Literal["fp32", "bf16"] = "fp32"
     save_final: bool = Field(
-        False, description=(
+        False,
+        description=(
             "Write the final weights to model-seed{S}.safetensors (model-seed{S}.pt for TorchScript)."
-        )
+        ),
     )
 
 
@@ -325,7 +330,9 @@ class JobSpec(_Strict):
     strategy: StrategySpec = Field(default_factory=StrategySpec)
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     evaluation: EvaluationSpec = Field(default_factory=EvaluationSpec)
-    seeds: Annotated[list[int], Field(min_length=1, max_length=MAX_SEEDS)] = Field(default_factory=lambda: [0])
+    seeds: Annotated[list[int], Field(min_length=1, max_length=MAX_SEEDS)] = Field(
+        default_factory=lambda: [0]
+    )
     device: str = "auto"
     cpu_threads: Annotated[int, Field(ge=0)] = 1
     checkpoints: list[CheckpointSpec] | None = None
@@ -380,8 +387,10 @@ class JobSpec(_Strict):
             raise ValueError("checkpoints: only used in evaluate mode (mode: evaluate)")
         if self.mode == "retrain" and self.model.arch is None and self.model.torchscript is None:
             raise ValueError("model: give arch (mlp, cnn, resnet18-slim) or torchscript")
-        if self.mode == "retrain" and self.scenario.first_task_learned and (
-            self.model.weights is None and self.model.torchscript is None
+        if (
+            self.mode == "retrain"
+            and self.scenario.first_task_learned
+            and (self.model.weights is None and self.model.torchscript is None)
         ):
             raise ValueError(
                 "scenario.first_task_learned: needs the candidate's trained model (model.weights or "
@@ -400,8 +409,13 @@ class JobSpec(_Strict):
     @classmethod
     def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> JobSpec:
         """Validate a job given as YAML/JSON text (JSON is YAML) or a dict."""
-        data = parse_document(text, JobSpecError, source=source, syntax="YAML" if yaml else "JSON",
-                              fields="of fields (data, scenario, model …)")
+        data = parse_document(
+            text,
+            JobSpecError,
+            source=source,
+            syntax="YAML" if yaml else "JSON",
+            fields="of fields (data, scenario, model …)",
+        )
         return validate(cls, data, JobSpecError, source=source, tags=_TAGS)
 
     def dump(self, path: str | Path) -> None:
@@ -425,7 +439,9 @@ class JobSpec(_Strict):
         return type(self).from_overrides(overrides, base=self.model_dump(mode="python"))
 
     @classmethod
-    def from_overrides(cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None) -> JobSpec:
+    def from_overrides(
+        cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None
+    ) -> JobSpec:
         """A spec built from ``base`` (a dict, default empty) with dotted ``key=value`` fields set.
 
         >>> JobSpec.from_overrides(["data=digits", "scenario.n_tasks=5", "seeds=[1,2]"]).seeds

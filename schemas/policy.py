@@ -109,7 +109,7 @@ class ClassRule(_Rule):
     """A floor on the accuracy of named classes (``"*"``: every class)."""
 
     kind: Literal["class"] = "class"
-    classes: list[str | int] | Literal["*"] = Field(description="Class names or ids, or \"*\" for all.")
+    classes: list[str | int] | Literal["*"] = Field(description='Class names or ids, or "*" for all.')
     at: Literal["final", "min_after_learned"] = Field(
         "final", description="final accuracy, or the lowest accuracy after the class's task ended."
     )
@@ -120,7 +120,7 @@ class ClassRule(_Rule):
     @classmethod
     def _non_empty(cls, v: Any) -> Any:
         if isinstance(v, list) and not v:
-            raise ValueError("name at least one class (or \"*\")")
+            raise ValueError('name at least one class (or "*")')
         return v
 
 
@@ -128,7 +128,7 @@ class BaselineRule(_Rule):
     """The largest allowed drop against a baseline run, of a metric or of any class's final accuracy."""
 
     kind: Literal["baseline"] = "baseline"
-    baseline: str = Field(description="Metric id, or \"classes\" for the largest drop of any class.")
+    baseline: str = Field(description='Metric id, or "classes" for the largest drop of any class.')
     at: str = Field("final", description="Per-task metrics: which task (final | task:N).")
     max_drop: Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
     relative: bool = Field(False, description="Drop as a fraction of the baseline value.")
@@ -149,8 +149,12 @@ class FmecaRule(_Rule):
 
     kind: Literal["fmeca"] = "fmeca"
     fmeca: Literal["priority", "rpn"]
-    fail_at: Literal["High", "Medium"] = Field("High", description="priority: fail if any mode is at least this.")
-    limit: Annotated[int, Field(ge=1, le=1000)] | None = Field(None, description="rpn: fail if any RPN ≥ limit.")
+    fail_at: Literal["High", "Medium"] = Field(
+        "High", description="priority: fail if any mode is at least this."
+    )
+    limit: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        None, description="rpn: fail if any RPN ≥ limit."
+    )
     occurrence: Literal["final", "worst"] = Field(
         "worst", description="Which occurrence rating: final error, or worst error after learned."
     )
@@ -178,7 +182,10 @@ def _rule_tag(v: Any) -> str | None:
 
 
 Rule = Annotated[
-    Annotated[MetricRule, Tag("metric")] | Annotated[ClassRule, Tag("class")] | Annotated[BaselineRule, Tag("baseline")] | Annotated[FmecaRule, Tag("fmeca")],
+    Annotated[MetricRule, Tag("metric")]
+    | Annotated[ClassRule, Tag("class")]
+    | Annotated[BaselineRule, Tag("baseline")]
+    | Annotated[FmecaRule, Tag("fmeca")],
     Discriminator(
         _rule_tag,
         custom_error_type="rule_kind",
@@ -201,14 +208,28 @@ class OccurrenceRow(BaseModel):
 # PFMEA scale (≥ 1 in 10 → 10) every class of a real classifier rates 10 and the worksheet cannot tell
 # one class from another; that scale stays available as AIAG_PFMEA_OCCURRENCE_SCALE (docs/gate.md).
 DEFAULT_OCCURRENCE_SCALE: list[tuple[float, int]] = [
-    (0.50, 10), (0.30, 9), (0.20, 8), (0.10, 7), (0.05, 6), (0.02, 5), (0.01, 4), (0.005, 3), (0.001, 2),
+    (0.50, 10),
+    (0.30, 9),
+    (0.20, 8),
+    (0.10, 7),
+    (0.05, 6),
+    (0.02, 5),
+    (0.01, 4),
+    (0.005, 3),
+    (0.001, 2),
 ]
 DEFAULT_OCCURRENCE_OTHERWISE = 1
 # ≥1 in 10 → 10, 1 in 20 → 9, 1 in 50 → 8, 1 in 100 → 7, 1 in 500 → 6, 1 in 2,000 → 5,
 # 1 in 10,000 → 4, 1 in 100,000 → 3, below → 2 (AIAG PFMEA occurrence scale, 3rd edition).
 AIAG_PFMEA_OCCURRENCE_SCALE: list[tuple[float, int]] = [
-    (1 / 10, 10), (1 / 20, 9), (1 / 50, 8), (1 / 100, 7), (1 / 500, 6),
-    (1 / 2_000, 5), (1 / 10_000, 4), (1 / 100_000, 3),
+    (1 / 10, 10),
+    (1 / 20, 9),
+    (1 / 50, 8),
+    (1 / 100, 7),
+    (1 / 500, 6),
+    (1 / 2_000, 5),
+    (1 / 10_000, 4),
+    (1 / 100_000, 3),
 ]
 
 

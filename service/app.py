@@ -31,8 +31,8 @@ from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
 from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
-from clgate.store.settings import Settings, load_settings
 from clgate.store.models import ApiKey
+from clgate.store.settings import Settings, load_settings
 from clgate.workers.sandbox import warn_if_unconfined
 
 log = logging.getLogger("clgate.api")
@@ -73,12 +73,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # the deployment's series once per deployment: here in embedded mode (one API process),
         # from `clgate exporter` in Celery mode (any number of API replicas; see clgate.service.metrics)
         app.state.registry = api_registry(
-            sessions, store_metrics=settings.embedded, queue_lengths=app.state.dispatcher.queue_lengths,
-            worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s,
+            sessions,
+            store_metrics=settings.embedded,
+            queue_lengths=app.state.dispatcher.queue_lengths,
+            worst_classes=settings.worst_classes,
+            worker_stale_s=settings.worker_stale_s,
         )
         # embedded jobs run here: say now (and in /readyz) whether submitted models can be confined
         app.state.sandbox = warn_if_unconfined(settings) if settings.embedded else None
-        log.info("clgate API ready (%s mode, database %s)", app.state.dispatcher.kind, engine.url.render_as_string())
+        log.info(
+            "clgate API ready (%s mode, database %s)",
+            app.state.dispatcher.kind,
+            engine.url.render_as_string(),
+        )
         try:
             yield
         finally:
@@ -98,10 +105,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.add_middleware(AdmissionLimit, limit=settings.api_concurrency)
-    app.add_middleware(RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth)
+    app.add_middleware(
+        RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth
+    )
 
     v1 = APIRouter(prefix="/v1")
-    for router in (artifacts.router, jobs.router, policies.router, admin.baselines, admin.audit_router, admin.keys):
+    for router in (
+        artifacts.router,
+        jobs.router,
+        policies.router,
+        admin.baselines,
+        admin.audit_router,
+        admin.keys,
+    ):
         v1.include_router(router)
     app.include_router(v1, responses=errors.ERROR_RESPONSES)
 
@@ -109,9 +125,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def healthz() -> Health:
         return Health(status="ok")
 
-    @app.get("/readyz", response_model=Health, tags=["health"],
-             responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
-             summary="Readiness: database writable, connections free, broker reachable; how job models are confined")
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        tags=["health"],
+        responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
+        summary="Readiness: database writable, connections free, broker reachable; how job models are confined",
+    )
     def readyz(request: Request):
         checks: dict[str, str] = {}
         engine = request.app.state.engine
@@ -137,12 +157,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 
     if not public:
-        @app.get("/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)")
+
+        @app.get(
+            "/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)"
+        )
         def openapi_document(_: Viewer) -> JSONResponse:
             return JSONResponse(app.openapi())
 
-    @app.get("/metrics", tags=["health"], response_class=Response, summary="Prometheus metrics (needs a viewer key)",
-             responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)})
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        summary="Prometheus metrics (needs a viewer key)",
+        responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
+    )
     def metrics(request: Request, _: Viewer) -> Response:
         return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
 

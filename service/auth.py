@@ -57,21 +57,31 @@ def verify(session: Session, key: str) -> ApiKey | None:
 
 
 def create_key(
-    session: Session, *, name: str, role: str, actor: str, key: str | None = None, project: str = DEFAULT_PROJECT,
+    session: Session,
+    *,
+    name: str,
+    role: str,
+    actor: str,
+    key: str | None = None,
+    project: str = DEFAULT_PROJECT,
 ) -> tuple[ApiKey, str]:
     """Store a new key (or the given well-formed ``key``) with ``role`` in ``project``; returns the record and
     the key. An admin key acts across projects; any other key sees only its project's records."""
     if role not in Role.__members__:
         raise ValueError(f"role must be one of {', '.join(Role.__members__)} (got {role!r})")
     if not re.fullmatch(PROJECT_PATTERN, project):
-        raise ValueError(f"a project is 1-63 lower-case letters, digits and '-', starting with a letter or digit "
-                         f"(got {project!r})")
+        raise ValueError(
+            f"a project is 1-63 lower-case letters, digits and '-', starting with a letter or digit "
+            f"(got {project!r})"
+        )
     if key is None:
         key, key_id, digest = new_key()
     else:
         parts = split_key(key)
         if parts is None:
-            raise ValueError("a key must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)")
+            raise ValueError(
+                "a key must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)"
+            )
         key_id, digest = parts[0], _digest(parts[1])
     record = ApiKey(id=key_id, name=name, role=role, project=project, secret_sha256=digest)
     session.add(record)

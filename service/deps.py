@@ -8,15 +8,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from clgate.service.auth import has_role, verify
-from clgate.service.dispatch import Dispatcher
-from clgate.service.errors import ApiError
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import ColumnElement, Select, exists, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from clgate.service.auth import has_role, verify
+from clgate.service.dispatch import Dispatcher
+from clgate.service.errors import ApiError
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.models import ApiKey, Artifact, Job, JobFile, Model, ProjectArtifact, Role
 from clgate.store.settings import Settings
@@ -57,8 +57,11 @@ def current_key(
 ) -> ApiKey:
     key = header or (bearer.credentials if bearer else None)
     if not key:
-        raise ApiError(401, "an API key is required (X-API-Key header or Authorization: Bearer)",
-                       headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(
+            401,
+            "an API key is required (X-API-Key header or Authorization: Bearer)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
     record = verify(session, key)
     if record is None:
         raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
@@ -130,8 +133,9 @@ class Scope:
         within its own (403)."""
         job = self.get(session, Job, job_id, f"job {job_id}")
         if act is not None and job.project != self.key.project:
-            raise ApiError(403, f"job {job_id} belongs to project {job.project!r}; {act} it with a key of that "
-                                "project")
+            raise ApiError(
+                403, f"job {job_id} belongs to project {job.project!r}; {act} it with a key of that project"
+            )
         return job
 
     def artifact_visible(self) -> ColumnElement[bool]:
@@ -139,10 +143,12 @@ class Scope:
         its jobs (any, for an admin)."""
         if self.everywhere:
             return true()
-        uploaded = exists().where(ProjectArtifact.sha256 == Artifact.sha256,
-                                  ProjectArtifact.project == self.key.project)
-        produced = exists().where(JobFile.sha256 == Artifact.sha256, JobFile.job_id == Job.id,
-                                  Job.project == self.key.project)
+        uploaded = exists().where(
+            ProjectArtifact.sha256 == Artifact.sha256, ProjectArtifact.project == self.key.project
+        )
+        produced = exists().where(
+            JobFile.sha256 == Artifact.sha256, JobFile.job_id == Job.id, Job.project == self.key.project
+        )
         return uploaded | produced
 
     def artifact(self, session: Session, digest: str) -> Artifact | None:
@@ -163,6 +169,7 @@ class Scope:
                 pass
             model = session.get(Model, name)
         if model.project != self.key.project:
-            raise ApiError(403, f"model {name!r} belongs to another project (this key's project is "
-                                f"{self.key.project!r})")
+            raise ApiError(
+                403, f"model {name!r} belongs to another project (this key's project is {self.key.project!r})"
+            )
         return model

@@ -6,10 +6,9 @@ from typing import Protocol
 
 from sqlalchemy import func, select
 
-from clgate.store.settings import Settings
-from clgate.store.models import Job, JobState
 from clgate.schemas.vocab import QUEUES
-
+from clgate.store.models import Job, JobState
+from clgate.store.settings import Settings
 
 
 class Dispatcher(Protocol):
@@ -46,7 +45,9 @@ class EmbeddedDispatcher:
         with self.sessions() as s:
             rows = dict(
                 s.execute(
-                    select(Job.queue, func.count()).where(Job.state == JobState.queued.value).group_by(Job.queue)
+                    select(Job.queue, func.count())
+                    .where(Job.state == JobState.queued.value)
+                    .group_by(Job.queue)
                 ).all()
             )
         return {q: int(rows.get(q, 0)) for q in QUEUES}
@@ -74,19 +75,24 @@ class CeleryDispatcher:
         self.celery = producer(self.settings)  # this API's own app, configured from its settings
         # the supervisor gets its own small store: its queries never wait on the requests' pool
         self._store = open_store(self.settings.model_copy(update={"api_concurrency": 1}))
-        self.supervisor = Supervisor(self._store, send=self.submit, held=self.held_ids,
-                                     actor="system:supervisor").start()
+        self.supervisor = Supervisor(
+            self._store, send=self.submit, held=self.held_ids, actor="system:supervisor"
+        ).start()
 
     def held_ids(self) -> set[str] | None:
         """Ids of the jobs Redis holds: waiting in a queue (any priority) or delivered and not acknowledged."""
         import json
 
         try:
-            keys = [k for q in QUEUES for k in self.redis.scan_iter(match=f"{q}*", count=1000)
-                    if k.decode(errors="replace").split("\x06\x16", 1)[0] in QUEUES]
+            keys = [
+                k
+                for q in QUEUES
+                for k in self.redis.scan_iter(match=f"{q}*", count=1000)
+                if k.decode(errors="replace").split("\x06\x16", 1)[0] in QUEUES
+            ]
             raw = [m for k in keys for m in self.redis.lrange(k, 0, -1)]
             raw += [json.dumps(json.loads(v)[0]).encode() for v in self.redis.hvals("unacked")]
-        except Exception:  # noqa: BLE001 - broker unreachable: cannot tell, re-send nothing now
+        except Exception:
             return None
         ids: set[str] = set()
         for message in raw:
@@ -101,13 +107,19 @@ class CeleryDispatcher:
     def submit(self, job_id: str, queue: str) -> None:
         from clgate.workers.app import TASK_NAME
 
-        self.celery.send_task(TASK_NAME, args=[job_id], queue=queue, task_id=job_id, retry=True,
-                              retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5})
+        self.celery.send_task(
+            TASK_NAME,
+            args=[job_id],
+            queue=queue,
+            task_id=job_id,
+            retry=True,
+            retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
+        )
 
     def ready(self) -> tuple[bool, str]:
         try:
             self.redis.ping()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return False, f"broker unreachable: {type(exc).__name__}"
         return True, "broker ok"
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy.exc
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-import sqlalchemy.exc
 
 from clgate.schemas.errors import problems_of
 from clgate.store.db import describe_db_error
@@ -52,7 +51,9 @@ _WHY = {
     503: "Database locked, read-only or unreachable, or the job queue unavailable (retry later)",
 }
 # Documented on every route of the API (the OpenAPI lists each status a route can answer, with this body).
-ERROR_RESPONSES: dict[int | str, dict] = {code: {"model": ErrorBody, "description": why} for code, why in _WHY.items()}
+ERROR_RESPONSES: dict[int | str, dict] = {
+    code: {"model": ErrorBody, "description": why} for code, why in _WHY.items()
+}
 
 
 class ApiError(HTTPException):

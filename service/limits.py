@@ -76,7 +76,9 @@ class RequestGuard:
             return
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _refuse(send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)")
+            await _refuse(
+                send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
+            )
             return
         chunks, size, more = [], 0, True
         while more:
@@ -86,7 +88,9 @@ class RequestGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await _refuse(send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)")
+                await _refuse(
+                    send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
+                )
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -178,7 +182,17 @@ async def _refuse(send: Send, status: int, reason: str) -> None:
 
     from clgate.service.errors import CODES
 
-    payload = json.dumps({"error": CODES.get(status, "error"), "reason": reason, "problems": [reason]}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+    payload = json.dumps(
+        {"error": CODES.get(status, "error"), "reason": reason, "problems": [reason]}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

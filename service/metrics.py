@@ -48,9 +48,14 @@ HEADLINE = (  # (headline key, metric name, help)
     ("mica", "clgate_model_mica_ratio", "Minimal incremental class accuracy (MICA) of the latest decision."),
     ("wamica", "clgate_model_wamica_ratio", "Weighted average MICA (WAMICA) of the latest decision."),
     ("min_acc", "clgate_model_min_acc_ratio", "Worst-moment task accuracy (min-ACC) of the latest decision."),
-    ("class_regression", REGRESSION,
-     ("Largest drop of any class's accuracy against the model's baseline (latest decision); "
-      "class_name: that class.")),
+    (
+        "class_regression",
+        REGRESSION,
+        (
+            "Largest drop of any class's accuracy against the model's baseline (latest decision); "
+            "class_name: that class."
+        ),
+    ),
 )
 
 
@@ -81,23 +86,32 @@ class StoreCollector(Collector):
         try:
             for queue, n in self.queue_lengths().items():
                 lengths.add_metric([queue], n)
-        except Exception:  # noqa: BLE001 - broker away: no sample (the readiness probe reports it)
+        except Exception:
             log.debug("queue lengths unavailable", exc_info=True)
         yield lengths
 
     def _models(self, s: Session) -> Iterator[Metric]:
         latest = (
             select(Decision.model_name, func.max(Decision.created_at).label("at"))
-            .group_by(Decision.model_name).subquery()
+            .group_by(Decision.model_name)
+            .subquery()
         )
         rows = s.execute(
-            select(Decision.model_name, Decision.verdict, Decision.headline, Decision.created_at, Decision.project)
+            select(
+                Decision.model_name,
+                Decision.verdict,
+                Decision.headline,
+                Decision.created_at,
+                Decision.project,
+            )
             .join(latest, (latest.c.model_name == Decision.model_name) & (latest.c.at == Decision.created_at))
             .order_by(Decision.model_name)
         ).all()
         gauges = {
             key: GaugeMetricFamily(
-                name, text, labels=["project", "model", "class_name"] if name == REGRESSION else ["project", "model"]
+                name,
+                text,
+                labels=["project", "model", "class_name"] if name == REGRESSION else ["project", "model"],
             )
             for key, name, text in HEADLINE
         }
@@ -106,10 +120,16 @@ class StoreCollector(Collector):
             f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); rank 1 is the worst.",
             labels=["project", "model", "rank", "class_name"],
         )
-        verdict = GaugeMetricFamily("clgate_model_verdict", "1 for the verdict of the model's latest decision.",
-                                    labels=["project", "model", "verdict"])
-        stamp = GaugeMetricFamily("clgate_model_last_decision_timestamp_seconds",
-                                  "When the model's latest decision was made (Unix time).", labels=["project", "model"])
+        verdict = GaugeMetricFamily(
+            "clgate_model_verdict",
+            "1 for the verdict of the model's latest decision.",
+            labels=["project", "model", "verdict"],
+        )
+        stamp = GaugeMetricFamily(
+            "clgate_model_last_decision_timestamp_seconds",
+            "When the model's latest decision was made (Unix time).",
+            labels=["project", "model"],
+        )
         seen = set()
         for model, v, headline, at, project in rows:
             if model in seen:  # two decisions in the same instant: keep one
@@ -126,7 +146,9 @@ class StoreCollector(Collector):
             ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
             ranked.sort(key=lambda c: c["accuracy"])
             for rank, c in enumerate(ranked[: self.worst_classes], start=1):
-                worst.add_metric([project, model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"]))
+                worst.add_metric(
+                    [project, model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"])
+                )
             for name in VERDICTS:
                 verdict.add_metric([project, model, name], 1.0 if v == name else 0.0)
             stamp.add_metric([project, model], as_utc(at).timestamp())
@@ -136,39 +158,64 @@ class StoreCollector(Collector):
         yield stamp
 
     def _decisions(self, s: Session) -> Iterator[Metric]:
-        counts = {(p, v): n for p, v, n in s.execute(
-            select(Decision.project, Decision.verdict, func.count()).group_by(Decision.project, Decision.verdict))}
-        total = CounterMetricFamily("clgate_decisions", "Gate decisions recorded, by project and verdict.",
-                                    labels=["project", "verdict"])
+        counts = {
+            (p, v): n
+            for p, v, n in s.execute(
+                select(Decision.project, Decision.verdict, func.count()).group_by(
+                    Decision.project, Decision.verdict
+                )
+            )
+        }
+        total = CounterMetricFamily(
+            "clgate_decisions",
+            "Gate decisions recorded, by project and verdict.",
+            labels=["project", "verdict"],
+        )
         for project in sorted({p for p, _ in counts} | {DEFAULT_PROJECT}):
             for v in VERDICTS:
                 total.add_metric([project, v], float(counts.get((project, v), 0)))
         yield total
 
     def _jobs(self, s: Session) -> Iterator[Metric]:
-        counts = {(st, q): n for st, q, n in s.execute(select(Job.state, Job.queue, func.count()).group_by(Job.state, Job.queue))}
-        jobs = GaugeMetricFamily("clgate_jobs", "Jobs in the store, by state and queue.", labels=["state", "queue"])
+        counts = {
+            (st, q): n
+            for st, q, n in s.execute(
+                select(Job.state, Job.queue, func.count()).group_by(Job.state, Job.queue)
+            )
+        }
+        jobs = GaugeMetricFamily(
+            "clgate_jobs", "Jobs in the store, by state and queue.", labels=["state", "queue"]
+        )
         for st in STATES:
             for q in QUEUES:
                 jobs.add_metric([st, q], float(counts.get((st, q), 0)))
         yield jobs
 
         cols = [func.sum(case((Job.duration_s <= b, 1), else_=0)) for b in DURATION_BUCKETS]
-        hist = HistogramMetricFamily("clgate_job_duration_seconds", "Run time of finished jobs (start to end).",
-                                     labels=["mode"])
-        rows = {r[0]: r[1:] for r in s.execute(
-            select(Job.mode, func.count(), func.coalesce(func.sum(Job.duration_s), 0.0), *cols)
-            .where(Job.duration_s.is_not(None)).group_by(Job.mode)
-        )}
+        hist = HistogramMetricFamily(
+            "clgate_job_duration_seconds", "Run time of finished jobs (start to end).", labels=["mode"]
+        )
+        rows = {
+            r[0]: r[1:]
+            for r in s.execute(
+                select(Job.mode, func.count(), func.coalesce(func.sum(Job.duration_s), 0.0), *cols)
+                .where(Job.duration_s.is_not(None))
+                .group_by(Job.mode)
+            )
+        }
         for mode in JOB_MODES:
             count, total, *cumulative = rows.get(mode, (0, 0.0, *([0] * len(DURATION_BUCKETS))))
-            buckets = [(repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)] + [("+Inf", float(count))]
+            buckets = [(repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)] + [
+                ("+Inf", float(count))
+            ]
             hist.add_metric([mode], buckets, float(total or 0.0))
         yield hist
 
-        oldest = GaugeMetricFamily("clgate_oldest_job_age_seconds",
-                                   "Age of the oldest queued job (since submission) or running job (since start).",
-                                   labels=["state"])
+        oldest = GaugeMetricFamily(
+            "clgate_oldest_job_age_seconds",
+            "Age of the oldest queued job (since submission) or running job (since start).",
+            labels=["state"],
+        )
         now = utcnow()
         first_queued = s.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued.value))
         first_running = s.scalar(select(func.min(Job.started_at)).where(Job.state == JobState.running.value))
@@ -184,8 +231,9 @@ class StoreCollector(Collector):
                 for q in hb.queues.split(","):
                     if q in counts:
                         counts[q] += 1
-        workers = GaugeMetricFamily("clgate_workers", "Workers that reported in the last minute, by queue consumed.",
-                                    labels=["queue"])
+        workers = GaugeMetricFamily(
+            "clgate_workers", "Workers that reported in the last minute, by queue consumed.", labels=["queue"]
+        )
         for q, n in counts.items():
             workers.add_metric([q], float(n))
         yield workers
@@ -223,8 +271,14 @@ def api_registry(
     registry.register(ApiInfoCollector(__version__, store_metrics))
     ProcessCollector(registry=registry)
     if store_metrics:
-        registry.register(StoreCollector(sessions, queue_lengths=queue_lengths, worst_classes=worst_classes,
-                                         worker_stale_s=worker_stale_s))
+        registry.register(
+            StoreCollector(
+                sessions,
+                queue_lengths=queue_lengths,
+                worst_classes=worst_classes,
+                worker_stale_s=worker_stale_s,
+            )
+        )
     return registry
 
 
@@ -237,6 +291,9 @@ def exporter_registry(
 ) -> CollectorRegistry:
     """``clgate exporter``'s registry: the deployment's series from the store and the broker."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(sessions, queue_lengths=queue_lengths, worst_classes=worst_classes,
-                                     worker_stale_s=worker_stale_s))
+    registry.register(
+        StoreCollector(
+            sessions, queue_lengths=queue_lengths, worst_classes=worst_classes, worker_stale_s=worker_stale_s
+        )
+    )
     return registry

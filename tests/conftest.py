@@ -48,5 +48,8 @@ def require_binary():
 
 # Fixtures shared across test folders (tests mirror the package tree, so several folders use each set).
 pytest_plugins = [
-    "tests.fixtures.gate", "tests.fixtures.engine", "tests.fixtures.service", "tests.fixtures.checkout",
+    "tests.fixtures.gate",
+    "tests.fixtures.engine",
+    "tests.fixtures.service",
+    "tests.fixtures.checkout",
 ]

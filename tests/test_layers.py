@@ -16,16 +16,45 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Repository folder → the import name it installs as (setup.py's package-dir mapping).
-ROOTS = {"clgate": "clgate", "schemas": "clgate.schemas", "workers": "clgate.workers", "service": "clgate.service"}
+ROOTS = {
+    "clgate": "clgate",
+    "schemas": "clgate.schemas",
+    "workers": "clgate.workers",
+    "service": "clgate.service",
+}
 
 LAYERS_ABOVE = {
     "clgate.schemas": ("clgate.",),  # the contract imports nothing of clgate but itself
-    "clgate.metrics": ("clgate.policy", "clgate.fmeca", "clgate.reports", "clgate.engine", "clgate.store",
-                       "clgate.workers", "clgate.service", "clgate.cli", "clgate.gate"),
-    "clgate.policy": ("clgate.reports", "clgate.engine", "clgate.store", "clgate.workers",
-                      "clgate.service", "clgate.cli", "clgate.gate"),
-    "clgate.fmeca": ("clgate.policy", "clgate.reports", "clgate.engine", "clgate.store", "clgate.workers", "clgate.service",
-                     "clgate.cli", "clgate.gate"),
+    "clgate.metrics": (
+        "clgate.policy",
+        "clgate.fmeca",
+        "clgate.reports",
+        "clgate.engine",
+        "clgate.store",
+        "clgate.workers",
+        "clgate.service",
+        "clgate.cli",
+        "clgate.gate",
+    ),
+    "clgate.policy": (
+        "clgate.reports",
+        "clgate.engine",
+        "clgate.store",
+        "clgate.workers",
+        "clgate.service",
+        "clgate.cli",
+        "clgate.gate",
+    ),
+    "clgate.fmeca": (
+        "clgate.policy",
+        "clgate.reports",
+        "clgate.engine",
+        "clgate.store",
+        "clgate.workers",
+        "clgate.service",
+        "clgate.cli",
+        "clgate.gate",
+    ),
     "clgate.reports": ("clgate.engine", "clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
     "clgate.gate": ("clgate.engine", "clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
     "clgate.engine": ("clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
@@ -92,7 +121,11 @@ def _violations(module: str, path: Path) -> list[str]:
                     problems.append(f"{where}: {module} imports {name} (a layer above it)")
         if module.startswith(PURE) and name.split(".")[0] in FRAMEWORKS:
             problems.append(f"{where}: the pure core module {module} imports the framework {name}")
-        if name.startswith("clgate.cli") and not module.startswith("clgate.cli") and module != "clgate.__main__":
+        if (
+            name.startswith("clgate.cli")
+            and not module.startswith("clgate.cli")
+            and module != "clgate.__main__"
+        ):
             problems.append(f"{where}: {module} imports the CLI (the composition root)")
         if name.split(".")[0] in ("schemas", "workers", "service"):
             problems.append(f"{where}: {module} imports {name} outside the clgate import root")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from celery import Celery
 from kombu import Queue
+
 from clgate.schemas.vocab import QUEUES
 
 TASK_NAME = "clgate.run_job"

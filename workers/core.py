@@ -61,9 +61,7 @@ def _is_json_lines(path: Path) -> bool:
 
 def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
     """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
-    from clgate.engine.data import check_npz_limits
-
-    from clgate.engine.data import check_image_folder_limits
+    from clgate.engine.data import check_image_folder_limits, check_npz_limits
 
     data = getattr(spec, "data", None)
     raw = getattr(data, "path", None)
@@ -74,8 +72,9 @@ def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int)
     if kind == "npz":
         problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
     else:
-        problems = check_image_folder_limits(path, size=tuple(data.size), color=data.color, max_bytes=max_bytes,
-                                             max_samples=max_samples)
+        problems = check_image_folder_limits(
+            path, size=tuple(data.size), color=data.color, max_bytes=max_bytes, max_samples=max_samples
+        )
     if problems:
         raise InputError([f"data: {p}" for p in problems])
 
@@ -92,7 +91,9 @@ def run_engine(
     from clgate.engine import JobCancelled, run_job
 
     try:
-        return list(run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir)), False
+        return list(
+            run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir)
+        ), False
     except JobCancelled as stop:
         return list(stop.paths), True
 
@@ -112,7 +113,11 @@ def progress_dict(progress: Any) -> dict[str, Any]:
     elif isinstance(progress, dict):
         raw = dict(progress)
     else:
-        raw = {k: v for k, v in vars(progress).items() if not k.startswith("_")} if hasattr(progress, "__dict__") else {}
+        raw = (
+            {k: v for k, v in vars(progress).items() if not k.startswith("_")}
+            if hasattr(progress, "__dict__")
+            else {}
+        )
     out: dict[str, Any] = {}
     fraction = raw.get("fraction")
     if fraction is None and raw.get("total_iterations"):
@@ -126,7 +131,9 @@ def progress_dict(progress: Any) -> dict[str, Any]:
             out[key] = raw[key]
     message = raw.get("message")
     if message is None:
-        parts = [f"{k}={raw[k]}" for k in ("seed", "task", "iteration", "last_eval") if raw.get(k) is not None]
+        parts = [
+            f"{k}={raw[k]}" for k in ("seed", "task", "iteration", "last_eval") if raw.get(k) is not None
+        ]
         message = " ".join(parts) or None
     if message is not None:
         out["message"] = str(message)[:500]

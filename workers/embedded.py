@@ -23,6 +23,7 @@ from clgate.workers.supervisor import Supervisor
 
 log = logging.getLogger("clgate.embedded")
 
+
 def _watch_parent(parent_pid: int) -> None:
     """Pool process initializer: exit when the API process is gone (a running job resumes at the next start)."""
 
@@ -66,8 +67,10 @@ class EmbeddedExecutor:
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(
-            max_workers=self.settings.embedded_workers, mp_context=multiprocessing.get_context("spawn"),
-            initializer=_watch_parent, initargs=(os.getpid(),),
+            max_workers=self.settings.embedded_workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_watch_parent,
+            initargs=(os.getpid(),),
         )
 
     def start(self) -> None:
@@ -75,8 +78,12 @@ class EmbeddedExecutor:
             self._pool = self._new_pool()
         store = runner.store_for(self.settings)
         self._heartbeat = runner.Heartbeat(store, self.hostname, "cpu,gpu").start()
-        self._supervisor = Supervisor(store, send=lambda job_id, queue: self.submit(job_id, queue=queue),
-                                      held=self.held_ids, actor=f"system:{self.hostname}")
+        self._supervisor = Supervisor(
+            store,
+            send=lambda job_id, queue: self.submit(job_id, queue=queue),
+            held=self.held_ids,
+            actor=f"system:{self.hostname}",
+        )
         # nothing runs a job of this executor before it starts: every running job lost its process
         self._supervisor.run_once(assume_lost=True)
         for job_id, _queue in records.queued_jobs(store, older_than_s=0):

@@ -121,12 +121,15 @@ class JobHeartbeat:
         while not self._stop.wait(self.store.settings.worker_heartbeat_s):
             try:
                 owned = records.beat_job(self.store, self.job_id, self.attempt)
-            except Exception:  # noqa: BLE001 - the database is away: the reaper decides after the stale period
+            except Exception:
                 log.warning("job %s: heartbeat failed", self.job_id, exc_info=True)
                 continue
             if not owned and not self._stop.is_set():
-                log.error("job %s attempt %d was taken over (time limit or silence): ending this process",
-                          self.job_id, self.attempt)
+                log.error(
+                    "job %s attempt %d was taken over (time limit or silence): ending this process",
+                    self.job_id,
+                    self.attempt,
+                )
                 os._exit(70)
 
 
@@ -146,7 +149,7 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
     except TRANSIENT as exc:
         try:  # back to queued for the retry: a transient fault is not a lost worker
             records.release(store, job_id, attempt, reason=f"{type(exc).__name__}: {exc}"[:500], actor=actor)
-        except Exception:  # noqa: BLE001 - the database itself is away; the reaper settles the job later
+        except Exception:
             log.warning("job %s: could not release attempt %d", job_id, attempt, exc_info=True)
         raise
     except InputError as exc:
@@ -159,8 +162,9 @@ def execute_job(job_id: str, settings: Settings | None = None, *, actor: str | N
             state, error = JobState.failed, f"{type(exc).__name__}: {exc}"
             (work / "traceback.txt").write_text(traceback.format_exc(), encoding="utf-8")
     if state is not JobState.succeeded:
-        final = records.finish(store, job_id, state, error=_job_relative(error, store, work), actor=actor,
-                               attempt=attempt)
+        final = records.finish(
+            store, job_id, state, error=_job_relative(error, store, work), actor=actor, attempt=attempt
+        )
         return (final or state).value
     return state.value
 
@@ -171,7 +175,11 @@ def _job_relative(error: str | None, store: Store, work: Path) -> str | None:
         return None
     settings = store.settings
     return sandbox.job_relative(
-        error, (work, ""), (sandbox.SANDBOX_ROOT, ""), (settings.jobs_dir, "jobs"), (settings.data_dir, "data")
+        error,
+        (work, ""),
+        (sandbox.SANDBOX_ROOT, ""),
+        (settings.jobs_dir, "jobs"),
+        (settings.data_dir, "data"),
     )
 
 
@@ -199,7 +207,9 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
     logs = [core.load_log(p) for p in log_paths]
     stored = _store_logs(store, job.mode, log_paths, job.source_files)
 
-    baseline = core.load_log(store.artifacts.open_path(job.baseline_files[0][1])) if job.baseline_files else None
+    baseline = (
+        core.load_log(store.artifacts.open_path(job.baseline_files[0][1])) if job.baseline_files else None
+    )
     out = work / "gate"
     out.mkdir()
     provenance = {
@@ -232,8 +242,12 @@ class SandboxError(RuntimeError):
     """The job's confined child could not run, or ended without a usable result; the message says why."""
 
 
-_SIGNALS = {9: "SIGKILL: killed (out of memory?)", 24: "SIGXCPU: CPU time limit exceeded",
-            25: "SIGXFSZ: a file exceeded CLGATE_SANDBOX_MAX_FILE_BYTES", 11: "SIGSEGV: crashed"}
+_SIGNALS = {
+    9: "SIGKILL: killed (out of memory?)",
+    24: "SIGXCPU: CPU time limit exceeded",
+    25: "SIGXFSZ: a file exceeded CLGATE_SANDBOX_MAX_FILE_BYTES",
+    11: "SIGSEGV: crashed",
+}
 
 
 def _exit_reason(returncode: int | None) -> str:
@@ -285,8 +299,12 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
     document = resolve_refs(spec, path_of)
     _unpack_image_folder(spec, document, staged.inputs)
     job_spec = core.parse_job_spec(document)  # validated here too: the child's copy is not trusted
-    core.check_data_limits(job_spec, staged.inputs, max_bytes=store.settings.max_npz_bytes,
-                           max_samples=store.settings.max_samples)
+    core.check_data_limits(
+        job_spec,
+        staged.inputs,
+        max_bytes=store.settings.max_npz_bytes,
+        max_samples=store.settings.max_samples,
+    )
     (staged.inputs / "spec.json").write_text(json.dumps(document), encoding="utf-8")
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)
     cancelled = {"seen": False}
@@ -306,28 +324,44 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
 
     gpu = job_spec.device != "cpu" and Path("/dev/nvidiactl").exists()
     result = sandbox.run_child(
-        staged, settings, status.mode, seeds=list(job_spec.seeds), gpu=gpu, on_progress=on_progress,
-        cancel_requested=cancel_requested, deadline=time.monotonic() + settings.job_soft_time_limit_s,
+        staged,
+        settings,
+        status.mode,
+        seeds=list(job_spec.seeds),
+        gpu=gpu,
+        on_progress=on_progress,
+        cancel_requested=cancel_requested,
+        deadline=time.monotonic() + settings.job_soft_time_limit_s,
     )
     if result.overflow:
-        raise SandboxError(f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
-                           "into its output folder and was stopped")
+        raise SandboxError(
+            f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
+            "into its output folder and was stopped"
+        )
     if result.stopped:
         return _valid_logs(result.log_paths), result.stopped
     report = result.report or {}
     if report.get("kind") == "input":
         raw = report.get("problems")
-        problems = [str(p)[:1000] for p in raw[:20]] if isinstance(raw, list) else ["the model or data was refused"]
+        problems = (
+            [str(p)[:1000] for p in raw[:20]] if isinstance(raw, list) else ["the model or data was refused"]
+        )
         raise InputError(problems)
     if report.get("kind") == "error":
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
         raise SandboxError(f"{str(report.get('type'))[:100]}: {str(report.get('message'))[:1000]}")
     if result.returncode != 0 or "stopped" not in report:
-        log.warning("job %s: the engine's process %s:\n%s", job_id, _exit_reason(result.returncode),
-                    sandbox.child_log_tail(staged))
+        log.warning(
+            "job %s: the engine's process %s:\n%s",
+            job_id,
+            _exit_reason(result.returncode),
+            sandbox.child_log_tail(staged),
+        )
         raise SandboxError(f"the job's engine process {_exit_reason(result.returncode)}")
     if len(result.log_paths) != len(job_spec.seeds):
-        raise SandboxError(f"the engine wrote {len(result.log_paths)} of {len(job_spec.seeds)} evaluation logs")
+        raise SandboxError(
+            f"the engine wrote {len(result.log_paths)} of {len(job_spec.seeds)} evaluation logs"
+        )
     return result.log_paths, None
 
 
@@ -369,5 +403,5 @@ class Heartbeat:
         self._thread.join(timeout=5)
         try:
             records.forget(self.store, self.hostname)
-        except Exception:  # noqa: BLE001 - the row goes stale and stops counting after CLGATE_WORKER_STALE_S
+        except Exception:
             log.debug("could not remove the heartbeat of %s", self.hostname, exc_info=True)

@@ -101,7 +101,10 @@ def _bwrap_works(binary: str) -> str | None:
     try:
         proc = subprocess.run(
             [*_bwrap_base(binary), "--ro-bind", "/", "/", "--tmpfs", "/tmp", "true"],
-            capture_output=True, timeout=30, env={}, check=False,
+            capture_output=True,
+            timeout=30,
+            env={},
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{binary} cannot start ({exc})"
@@ -130,11 +133,17 @@ def warn_if_unconfined(settings: Settings) -> SandboxStatus:
     """Log loudly at start when submitted models would run unconfined or not at all."""
     status = sandbox_status(settings)
     if status.mode is None:
-        log.warning("SANDBOX UNAVAILABLE: %s; jobs that run submitted models will fail. Install bubblewrap, or "
-                    "set CLGATE_ALLOW_UNCONFINED=true to accept the risk", status.detail)
+        log.warning(
+            "SANDBOX UNAVAILABLE: %s; jobs that run submitted models will fail. Install bubblewrap, or "
+            "set CLGATE_ALLOW_UNCONFINED=true to accept the risk",
+            status.detail,
+        )
     elif status.mode == "none":
-        log.warning("SUBMITTED MODELS RUN UNCONFINED: %s. A model can read and write every file this process "
-                    "can, including the database and the artifact store", status.detail)
+        log.warning(
+            "SUBMITTED MODELS RUN UNCONFINED: %s. A model can read and write every file this process "
+            "can, including the database and the artifact store",
+            status.detail,
+        )
     else:
         log.info("job sandbox: %s", status.detail)
     return status
@@ -190,10 +199,9 @@ def tree_size(folder: Path) -> int:
 
 def _python_paths() -> list[Path]:
     """Folders the child needs read-only to run Python and import clgate and its dependencies."""
+    import clgate
     import clgate.schemas
     import clgate.workers
-
-    import clgate
 
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
@@ -248,10 +256,19 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
         for device in sorted(Path("/dev").glob("nvidia*")):
             if device.is_char_device():
                 argv += ["--dev-bind", str(device), str(device)]
-    argv += ["--ro-bind", str(staged.inputs), str(SANDBOX_ROOT / "inputs"),
-             "--ro-bind", str(staged.control), str(SANDBOX_ROOT / "control"),
-             "--bind", str(staged.out), str(SANDBOX_ROOT / "out"),
-             "--chdir", str(SANDBOX_ROOT / "out")]
+    argv += [
+        "--ro-bind",
+        str(staged.inputs),
+        str(SANDBOX_ROOT / "inputs"),
+        "--ro-bind",
+        str(staged.control),
+        str(SANDBOX_ROOT / "control"),
+        "--bind",
+        str(staged.out),
+        str(SANDBOX_ROOT / "out"),
+        "--chdir",
+        str(SANDBOX_ROOT / "out"),
+    ]
     return argv
 
 
@@ -259,12 +276,21 @@ def child_env(settings: Settings, *, home: str) -> dict[str, str]:
     """The child's whole environment: thread counts, locale, a home in its tmp; nothing else."""
     threads = str(settings.sandbox_cpu_threads)
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
-    env.update({
-        "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp" if home == "/tmp" else home,
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
-        "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-        "TORCH_HOME": f"{home}/torch", "MPLCONFIGDIR": f"{home}/mpl",
-    })
+    env.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": "/tmp" if home == "/tmp" else home,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "TORCH_HOME": f"{home}/torch",
+            "MPLCONFIGDIR": f"{home}/mpl",
+        }
+    )
     return env
 
 
@@ -284,7 +310,9 @@ def _limits(settings: Settings, *, gpu: bool) -> dict[str, int]:
 CHILD_COMMAND: list[str] = ["-m", "clgate.workers.sandbox_child"]
 
 
-def child_argv(staged: Staged, settings: Settings, mode: Mode, *, gpu: bool) -> tuple[list[str], dict[str, str]]:
+def child_argv(
+    staged: Staged, settings: Settings, mode: Mode, *, gpu: bool
+) -> tuple[list[str], dict[str, str]]:
     """The full command (bwrap + python + child, or python + child) and its environment."""
     if mode == "bwrap":
         root = SANDBOX_ROOT
@@ -300,9 +328,21 @@ def child_argv(staged: Staged, settings: Settings, mode: Mode, *, gpu: bool) -> 
         home.mkdir(exist_ok=True)
         env_for_popen = child_env(settings, home=str(home))
         inputs, control, out = staged.inputs, staged.control, staged.out
-    argv = [*prefix, sys.executable, *CHILD_COMMAND, str(inputs / "spec.json"), str(out),
-            "--inputs", str(inputs), "--control", str(control),
-            "--limits", json.dumps(_limits(settings, gpu=gpu)), "--threads", str(settings.sandbox_cpu_threads)]
+    argv = [
+        *prefix,
+        sys.executable,
+        *CHILD_COMMAND,
+        str(inputs / "spec.json"),
+        str(out),
+        "--inputs",
+        str(inputs),
+        "--control",
+        str(control),
+        "--limits",
+        json.dumps(_limits(settings, gpu=gpu)),
+        "--threads",
+        str(settings.sandbox_cpu_threads),
+    ]
     if mode == "none":
         argv += ["--parent-pid", str(os.getpid())]
     return argv, env_for_popen
@@ -383,8 +423,15 @@ def run_child(
     next_size_check = time.monotonic() + SIZE_CHECK_EVERY_S
     max_output = OUTPUT_FILES_FACTOR * settings.sandbox_max_file_bytes
     with open(stderr_path, "wb") as child_log:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=child_log, stderr=child_log,
-                                cwd=staged.out, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=child_log,
+            stderr=child_log,
+            cwd=staged.out,
+            start_new_session=True,
+        )
         try:
             while proc.poll() is None:
                 now = time.monotonic()
@@ -401,8 +448,13 @@ def run_child(
                     next_size_check = now + SIZE_CHECK_EVERY_S
                     overflow = tree_size(staged.out) > max_output
                 if overflow or (stopped is not None and now - stop_at > settings.sandbox_kill_grace_s):
-                    log.warning("job child %s killed: %s", proc.pid, f"wrote more than {max_output} bytes"
-                                if overflow else f"did not stop within {settings.sandbox_kill_grace_s:.0f} s")
+                    log.warning(
+                        "job child %s killed: %s",
+                        proc.pid,
+                        f"wrote more than {max_output} bytes"
+                        if overflow
+                        else f"did not stop within {settings.sandbox_kill_grace_s:.0f} s",
+                    )
                     killed = True
                     _kill(proc, signal.SIGTERM)
                     try:
@@ -422,11 +474,15 @@ def run_child(
                         on_progress(document)
                 time.sleep(POLL_S)
         finally:
-            if proc.poll() is None:  # the caller is being stopped (time limit, shutdown): take the child along
+            if (
+                proc.poll() is None
+            ):  # the caller is being stopped (time limit, shutdown): take the child along
                 _kill(proc, signal.SIGKILL)
                 proc.wait()
             _kill(proc, signal.SIGKILL)  # anything it left in its process group
-    report = None if killed else (read_json(staged.out / "error.json") or read_json(staged.out / "result.json"))
+    report = (
+        None if killed else (read_json(staged.out / "error.json") or read_json(staged.out / "result.json"))
+    )
     logs = collect_logs(staged.out, seeds, settings.sandbox_max_file_bytes)
     return ChildResult(stopped, proc.returncode, killed, report, logs, overflow)
 
@@ -453,5 +509,7 @@ def job_relative(message: str, *roots: tuple[Path | str, str]) -> str:
         for text in {str(root), str(Path(root).resolve())}:
             text = text.rstrip("/")
             if text:
-                message = message.replace(text + "/", label + "/" if label else "").replace(text, label or ".")
+                message = message.replace(text + "/", label + "/" if label else "").replace(
+                    text, label or "."
+                )
     return _ABS_PATH.sub(lambda m: m.group(1), message)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     try:
         stopped = _run(args.spec, out, inputs=args.inputs, control=args.control, threads=args.threads)
-    except Exception as exc:  # noqa: BLE001 - reported to the trusted side, which decides
+    except Exception as exc:
         from clgate.schemas.errors import InputError
 
         if isinstance(exc, InputError):
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(spec_path: Path, out: Path, *, inputs: Path, control: Path, threads: int) -> bool:
     import torch
+
     from clgate.workers import core
 
     torch.set_num_threads(max(1, threads))

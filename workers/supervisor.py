@@ -67,7 +67,7 @@ class Supervisor:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except Exception:  # noqa: BLE001 - the database or broker is away: try again next period
+            except Exception:
                 log.warning("supervisor pass failed", exc_info=True)
             self._stop.wait(self.store.settings.reaper_interval_s)
 
@@ -88,7 +88,9 @@ class Supervisor:
             if held is not None:
                 for job_id, queue in queued:
                     if job_id not in held and job_id not in done.requeued:
-                        log.warning("job %s is queued but not held by the broker or executor: sent again", job_id)
+                        log.warning(
+                            "job %s is queued but not held by the broker or executor: sent again", job_id
+                        )
                         self._send(job_id, queue)
                         done.resent.append(job_id)
         return done
@@ -96,5 +98,5 @@ class Supervisor:
     def _send(self, job_id: str, queue: str) -> None:
         try:
             self.send(job_id, queue)
-        except Exception:  # noqa: BLE001 - stays queued; the next pass sends it again
+        except Exception:
             log.warning("could not send job %s", job_id, exc_info=True)

@@ -26,7 +26,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """clgate: worst-case metrics, release gates and audit reports for continual learners."""
 
@@ -56,7 +58,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: a short message and exit 3
+    except Exception as exc:
         if os.environ.get("CLGATE_DEBUG"):
             raise
         sys.stderr.write(

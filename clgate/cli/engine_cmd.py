@@ -96,15 +96,24 @@ class _Display:
         if self.bar is not None:
             if self.task_id is None or self.last_key is None or self.last_key[0] != p.seed_index:
                 self.task_id = self.bar.add_task(desc, total=max(1, p.total_iterations), last_eval=last)
-            self.bar.update(self.task_id, completed=p.iteration, total=max(1, p.total_iterations),
-                            description=desc, last_eval=last)
+            self.bar.update(
+                self.task_id,
+                completed=p.iteration,
+                total=max(1, p.total_iterations),
+                description=desc,
+                last_eval=last,
+            )
             self.last_key = (p.seed_index, p.task)
             return
         now = time.monotonic()
         key = (p.seed_index, p.task)
         if (p.seed_index, p.iteration) == self.last_printed:
             return
-        if key != self.last_key or now - self.last_line >= self.interval_s or p.iteration >= p.total_iterations:
+        if (
+            key != self.last_key
+            or now - self.last_line >= self.interval_s
+            or p.iteration >= p.total_iterations
+        ):
             self.last_printed = (p.seed_index, p.iteration)
             eta = ""
             if p.total_iterations // 20 < p.iteration < p.total_iterations:
@@ -143,12 +152,19 @@ def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> No
 def run_command(
     spec: Annotated[Path, typer.Argument(help="Job specification (YAML or JSON).", show_default=False)],
     overrides: Annotated[
-        list[str] | None, typer.Argument(help="Field overrides key=value, e.g. strategy.name=er training.epochs=2.")
+        list[str] | None,
+        typer.Argument(help="Field overrides key=value, e.g. strategy.name=er training.epochs=2."),
     ] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")] = None,
-    seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds, one log each (e.g. 0,1,2).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds, one log each (e.g. 0,1,2).")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto (CUDA when present), cpu, cuda, cuda:N.")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs (log-seed{S}.json).")] = Path("clgate-out"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs (log-seed{S}.json).")] = Path(
+        "clgate-out"
+    ),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
 ) -> None:
     """Retrain a candidate class-incrementally with a strategy, evaluating it continually."""
@@ -163,15 +179,20 @@ def evaluate_command(
     args: Annotated[
         list[str] | None,
         typer.Argument(
-            help="More checkpoints, the job spec (.yaml/.yml/.json) and key=value overrides.", show_default=False
+            help="More checkpoints, the job spec (.yaml/.yml/.json) and key=value overrides.",
+            show_default=False,
         ),
     ] = None,
     checkpoints: Annotated[
         list[str] | None,
         typer.Option("--checkpoints", "-c", help="Checkpoint PATH, PATH@ITERATION or PATH@ITERATION:TASK."),
     ] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")] = None,
-    seeds: Annotated[str | None, typer.Option(help="Comma-separated seeds (they pick the eval subsample).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="A field override key=value (repeatable).")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds (they pick the eval subsample).")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto (CUDA when present), cpu, cuda, cuda:N.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs.")] = Path("clgate-out"),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,

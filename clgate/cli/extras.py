@@ -47,9 +47,7 @@ def extra_requirements(extra: str) -> list[str]:
     """
     try:
         requires = metadata.requires("clgate") or []
-    except (
-        metadata.PackageNotFoundError
-    ):  # a source tree on sys.path without an install: nothing to check
+    except metadata.PackageNotFoundError:  # a source tree on sys.path without an install: nothing to check
         return []
     names = []
     for requirement in requires:

@@ -77,28 +77,46 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
 
     console = Console(file=file or sys.stdout, width=max(100, Console().width))
     style = {"pass": "green", "warn": "yellow", "fail": "red", "error": "magenta"}
-    table = Table(title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False)
-    for col, kw in (("status", {}), ("#", {"justify": "right"}), ("rule", {}), ("value", {"justify": "right"}),
-                    ("threshold", {}), ("margin", {"justify": "right"}), ("evidence", {})):
+    table = Table(
+        title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False
+    )
+    for col, kw in (
+        ("status", {}),
+        ("#", {"justify": "right"}),
+        ("rule", {}),
+        ("value", {"justify": "right"}),
+        ("threshold", {}),
+        ("margin", {"justify": "right"}),
+        ("evidence", {}),
+    ):
         table.add_column(col, **kw)
     for r in decision.rules:
         ev = evidence_text(r.evidence) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
         table.add_row(
-            f"[{style[r.status]}]{r.status.upper()}[/]", str(r.index), r.id + sev,
-            fmt(r.value) if r.status != "error" else "—", threshold_text(r), fmt(r.margin), ev,
+            f"[{style[r.status]}]{r.status.upper()}[/]",
+            str(r.index),
+            r.id + sev,
+            fmt(r.value) if r.status != "error" else "—",
+            threshold_text(r),
+            fmt(r.margin),
+            ev,
         )
     console.print(table)
     for err in decision.errors:
         console.print(f"[magenta]error:[/] {err}", markup=True, highlight=False)
     color = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "ERROR": "magenta"}[decision.verdict]
-    console.print(f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False)
+    console.print(
+        f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False
+    )
     from rich.markup import escape
 
     from clgate.reports import fmeca_note, worst_moment_text
 
     if decision.headline.worst_moment is not None:
-        console.print(f"worst class at its worst moment: {escape(worst_moment_text(decision))}", highlight=False)
+        console.print(
+            f"worst class at its worst moment: {escape(worst_moment_text(decision))}", highlight=False
+        )
     note = fmeca_note(decision)
     if note:
         console.print(f"[yellow]FMECA:[/] {escape(note)}", highlight=False)
@@ -142,33 +160,53 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
 def gate_command(
     logs_args: Annotated[
         list[Path] | None,
-        typer.Argument(metavar="LOG", help="More evaluation logs (so that --log runs/*.json works).", show_default=False),
+        typer.Argument(
+            metavar="LOG", help="More evaluation logs (so that --log runs/*.json works).", show_default=False
+        ),
     ] = None,
     log: Annotated[
         list[Path] | None,
-        typer.Option("--log", "-l", help="Evaluation log; repeatable. Several logs = several seeds of one job."),
+        typer.Option(
+            "--log", "-l", help="Evaluation log; repeatable. Several logs = several seeds of one job."
+        ),
     ] = None,
-    job: Annotated[Path | None, typer.Option("--job", help="Run this job spec first (engine), then gate its logs.")] = None,
+    job: Annotated[
+        Path | None, typer.Option("--job", help="Run this job spec first (engine), then gate its logs.")
+    ] = None,
     set_: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a job field (with --job), e.g. strategy.name=er.")
+        list[str] | None,
+        typer.Option("--set", help="Override a job field (with --job), e.g. strategy.name=er."),
     ] = None,
     policy_path: Annotated[
         Path | None, typer.Option("--policy", "-p", help="Policy (clgate.policy/v1, YAML or JSON). Required.")
     ] = None,
-    baseline_path: Annotated[Path | None, typer.Option("--baseline", help="Baseline log for regression rules.")] = None,
+    baseline_path: Annotated[
+        Path | None, typer.Option("--baseline", help="Baseline log for regression rules.")
+    ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Write report.html/.md, decision.json, metrics.json, fmeca.csv, junit.xml here.")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Write report.html/.md, decision.json, metrics.json, fmeca.csv, junit.xml here.",
+        ),
     ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write the JUnit XML here.")] = None,
     summary_md: Annotated[
-        Path | None, typer.Option("--summary-md", help="Also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY).")
+        Path | None,
+        typer.Option(
+            "--summary-md", help="Also write the Markdown summary here (e.g. $GITHUB_STEP_SUMMARY)."
+        ),
     ] = None,
     fail_on_warn: Annotated[bool, typer.Option("--fail-on-warn", help="Exit 1 on WARN too.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the decision as JSON instead of the table.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the decision as JSON instead of the table.")
+    ] = False,
     pdf: Annotated[
         bool,
-        typer.Option("--pdf", help="Also print report.html to report.pdf beside it (headless Chromium; "
-                     "needs --out)."),
+        typer.Option(
+            "--pdf", help="Also print report.html to report.pdf beside it (headless Chromium; needs --out)."
+        ),
     ] = False,
     report_url: Annotated[
         str | None,
@@ -217,8 +255,9 @@ def gate_command(
         "baseline_file": str(baseline_path) if baseline_path else None,
         "job": str(job) if job else None,
     }
-    result = gate_logs(logs, policy, baseline=baseline, out_dir=out, provenance=provenance,
-                       report_url=report_url)
+    result = gate_logs(
+        logs, policy, baseline=baseline, out_dir=out, provenance=provenance, report_url=report_url
+    )
     _write_extras(result, junit, summary_md, report_url)
     if pdf:
         _write_pdf(result)
@@ -227,8 +266,10 @@ def gate_command(
     else:
         print_decision(result.decision)
         if result.files:
-            typer.echo(f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
-                       "metrics.json, fmeca.csv, junit.xml)")
+            typer.echo(
+                f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
+                "metrics.json, fmeca.csv, junit.xml)"
+            )
     from clgate.schemas.vocab import exit_code
 
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
@@ -271,7 +312,8 @@ def _write_pdf(result: GateResult) -> None:
 def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the two reports go.")] = Path("clgate-out"),
     policy_path: Annotated[
-        Path | None, typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}.")
+        Path | None,
+        typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}."),
     ] = None,
     pdf: Annotated[
         bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")
@@ -306,13 +348,21 @@ def demo_command(
         typer.echo(f"==> {strategy}: continual training on digits ({job_file}) …", err=True)
         paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
         logs = [_load_log(p) for p in paths]
-        provenance = {**_environment(), "command": "clgate demo", "strategy": strategy, "job_file": str(job_file),
-                      "policy_file": str(policy_file), "logs": [str(p) for p in paths]}
+        provenance = {
+            **_environment(),
+            "command": "clgate demo",
+            "strategy": strategy,
+            "job_file": str(job_file),
+            "policy_file": str(policy_file),
+            "logs": [str(p) for p in paths],
+        }
         result = gate_logs(logs, policy, out_dir=run_dir, provenance=provenance)
         if pdf:
             _write_pdf(result)
         print_decision(result.decision, title=f"{strategy}: policy {policy.name} v{policy.version}")
-        typer.echo(f"    {strategy} report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n")
+        typer.echo(
+            f"    {strategy} report: {result.files['report.html']}  ({time.perf_counter() - t0:.0f} s)\n"
+        )
         verdicts[strategy] = result.decision.verdict
         reports[strategy] = result.files["report.html"]
     typer.echo("demo verdicts: " + ", ".join(f"{s} {v}" for s, v in verdicts.items()))

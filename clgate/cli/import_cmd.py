@@ -18,14 +18,19 @@ class TableFormatOption(str, Enum):
 
 
 def import_command(
-    table: Annotated[Path, typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct, total.")],
+    table: Annotated[
+        Path, typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct, total.")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Evaluation log to write (.json or .jsonl).")],
     tasks: Annotated[
         str | None,
-        typer.Option(help="Task layout as JSON, e.g. '[[0,1],[2,3]]' (default: classes in order of first evaluation)."),
+        typer.Option(
+            help="Task layout as JSON, e.g. '[[0,1],[2,3]]' (default: classes in order of first evaluation)."
+        ),
     ] = None,
     fmt: Annotated[
-        TableFormatOption | None, typer.Option("--format", help="Table format (default: from the file suffix).")
+        TableFormatOption | None,
+        typer.Option("--format", help="Table format (default: from the file suffix)."),
     ] = None,
 ) -> None:
     """Turn a per-class results table into a validated clgate.evaluation-log/v1 (exit 2 on bad input)."""

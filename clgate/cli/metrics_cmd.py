@@ -41,7 +41,7 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def load_logs(paths: list[Path]) -> list["EvaluationLog"]:
+def load_logs(paths: list[Path]) -> list[EvaluationLog]:
     """Load and validate logs; a bad one exits 2 with the validation message."""
     from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
@@ -67,15 +67,24 @@ def parse_weights(text: str | None) -> list[float] | None:
 def metrics_command(
     logs: Annotated[
         list[Path],
-        typer.Argument(help="Evaluation log(s). Several logs are several runs (seeds) of one job.", show_default=False),
+        typer.Argument(
+            help="Evaluation log(s). Several logs are several runs (seeds) of one job.", show_default=False
+        ),
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON ({\"metrics\": {id: value}, …}).")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print JSON ({"metrics": {id: value}, …}).')
+    ] = False,
     task_accuracy: Annotated[
-        TaskAccuracy, typer.Option("--task-accuracy", help="Task accuracy: mean of class accuracies, or pooled counts.")
+        TaskAccuracy,
+        typer.Option("--task-accuracy", help="Task accuracy: mean of class accuracies, or pooled counts."),
     ] = TaskAccuracy.macro,
     window: Annotated[
         list[int] | None,
-        typer.Option("--window", "-w", help="Window (evaluation points) for wf{w}/wp{w}; repeatable. Without it: 10 and 100."),
+        typer.Option(
+            "--window",
+            "-w",
+            help="Window (evaluation points) for wf{w}/wp{w}; repeatable. Without it: 10 and 100.",
+        ),
     ] = None,
     weights: Annotated[
         str | None,
@@ -84,11 +93,16 @@ def metrics_command(
             "that order: seven comma-separated numbers that sum to 1 (default 1/7 each).",
         ),
     ] = None,
-    epsilon: Annotated[float, typer.Option(help="ε ≥ 1, the scaling factor of ce (Díaz-Rodríguez eq. 7).")] = 1.0,
+    epsilon: Annotated[
+        float, typer.Option(help="ε ≥ 1, the scaling factor of ce (Díaz-Rodríguez eq. 7).")
+    ] = 1.0,
     baseline: Annotated[
-        Path | None, typer.Option(help="Baseline log over the same classes: adds class_regression and per-class deltas.")
+        Path | None,
+        typer.Option(help="Baseline log over the same classes: adds class_regression and per-class deltas."),
     ] = None,
-    confidence: Annotated[float, typer.Option(help="Confidence level of the Wilson bounds (mica_lcb).")] = 0.95,
+    confidence: Annotated[
+        float, typer.Option(help="Confidence level of the Wilson bounds (mica_lcb).")
+    ] = 0.95,
 ) -> None:
     """Compute every clgate metric of one evaluation log, or of several runs of one job."""
     from clgate.metrics import compute_metrics, compute_runs
@@ -109,7 +123,9 @@ def metrics_command(
         confidence=confidence,
     )
     try:
-        result = compute_metrics(loaded[0], **options) if len(loaded) == 1 else compute_runs(loaded, **options)
+        result = (
+            compute_metrics(loaded[0], **options) if len(loaded) == 1 else compute_runs(loaded, **options)
+        )
     except ValueError as exc:  # options the data cannot honour (weights, baseline over other classes …)
         fail(str(exc))
     if as_json:
@@ -144,7 +160,7 @@ def _arrow(metric_id: str) -> str:
         return ""
 
 
-def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> "Table":
+def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> Table:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -157,7 +173,7 @@ def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> "Table
     return table
 
 
-def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> None:
+def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -165,8 +181,10 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
 
     console = Console()
     if isinstance(result, MetricsResult):
-        console.print(f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {result.n_classes} classes, "
-                      f"task accuracy {result.task_accuracy}")
+        console.print(
+            f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {result.n_classes} classes, "
+            f"task accuracy {result.task_accuracy}"
+        )
         console.print(_per_task_table("Per-task metrics", result.metrics, result.n_tasks))
         scalars = Table(title="Scalar metrics", title_justify="left")
         scalars.add_column("metric")
@@ -174,7 +192,9 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
         scalars.add_column("note")
         for metric_id, value in result.metrics.items():
             if not isinstance(value, list):
-                scalars.add_row(f"{metric_id} {_arrow(metric_id)}", fmt(value), result.reasons.get(metric_id, ""))
+                scalars.add_row(
+                    f"{metric_id} {_arrow(metric_id)}", fmt(value), result.reasons.get(metric_id, "")
+                )
         console.print(scalars)
         nulls = {k: v for k, v in result.reasons.items() if isinstance(result.metrics.get(k), list)}
         for metric_id, reason in nulls.items():
@@ -184,12 +204,16 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
             for column in ("class", "final", "Δ vs baseline"):
                 deltas.add_column(column, justify="right" if column != "class" else "left")
             for stats, delta in zip(result.classes, result.class_deltas):
-                deltas.add_row(stats.name, fmt(stats.final_accuracy), "—" if delta is None else f"{delta:+.4f}")
+                deltas.add_row(
+                    stats.name, fmt(stats.final_accuracy), "—" if delta is None else f"{delta:+.4f}"
+                )
             console.print(deltas)
         return
 
     n_tasks = result.runs[0].n_tasks
-    console.print(f"[bold]{len(result.runs)} runs[/] ({', '.join(sources)}): {n_tasks} tasks; per-task values are means")
+    console.print(
+        f"[bold]{len(result.runs)} runs[/] ({', '.join(sources)}): {n_tasks} tasks; per-task values are means"
+    )
     console.print(_per_task_table("Per-task metrics (mean over runs)", result.metrics, n_tasks))
     scalars = Table(title="Scalar metrics over runs", title_justify="left")
     scalars.add_column("metric")
@@ -202,11 +226,19 @@ def print_result(result: "MetricsResult | RunsResult", sources: list[str]) -> No
         if isinstance(aggregate.mean, list):
             continue
         per_run = [fmt(run.metrics.get(metric_id)) for run in result.runs]
-        scalars.add_row(f"{metric_id} {_arrow(metric_id)}", *per_run, fmt(aggregate.mean), fmt(aggregate.std), fmt(aggregate.worst))
+        scalars.add_row(
+            f"{metric_id} {_arrow(metric_id)}",
+            *per_run,
+            fmt(aggregate.mean),
+            fmt(aggregate.std),
+            fmt(aggregate.worst),
+        )
     console.print(scalars)
     if "cl_stability" in result.metrics:
         reason = result.reasons.get("cl_stability")
-        console.print(f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({reason})" if reason else ""))
+        console.print(
+            f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({reason})" if reason else "")
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -11,10 +11,15 @@ from pathlib import Path
 
 import typer
 
-keys_app = typer.Typer(help="API keys of the service (stored hashed; the key is printed once).", no_args_is_help=True)
-db_app = typer.Typer(help="The service's record store (Alembic migrations, database roles).", no_args_is_help=True)
-audit_app = typer.Typer(help="The tamper-evident history (hash chains of decisions, waivers, audit events).",
-                        no_args_is_help=True)
+keys_app = typer.Typer(
+    help="API keys of the service (stored hashed; the key is printed once).", no_args_is_help=True
+)
+db_app = typer.Typer(
+    help="The service's record store (Alembic migrations, database roles).", no_args_is_help=True
+)
+audit_app = typer.Typer(
+    help="The tamper-evident history (hash chains of decisions, waivers, audit events).", no_args_is_help=True
+)
 
 
 def _settings(data_dir: Path | None = None, **overrides):
@@ -46,7 +51,9 @@ def _sessions(settings, *, migrate: bool = True):
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR or ./clgate-data)."),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR or ./clgate-data)."
+    ),
     workers: int = typer.Option(1, help="API processes (Celery mode only; the embedded mode needs 1)."),
     log_level: str = typer.Option("info", help="uvicorn log level."),
 ) -> None:
@@ -60,7 +67,10 @@ def serve(
 
     settings = _settings(data_dir)
     if settings.embedded and workers > 1:
-        typer.echo("error: --workers > 1 needs CLGATE_BROKER_URL (the embedded executor lives in one process)", err=True)
+        typer.echo(
+            "error: --workers > 1 needs CLGATE_BROKER_URL (the embedded executor lives in one process)",
+            err=True,
+        )
         raise typer.Exit(2)
     sessions = _sessions(settings, migrate=settings.auto_migrate)
     if settings.bootstrap_admin_key:
@@ -84,14 +94,25 @@ def serve(
         typer.echo(f"created the first admin key: it is in {key_file} (mode 600), and nowhere else", err=True)
     mode = "embedded executor" if settings.embedded else f"Celery via {settings.broker_url.split('@')[-1]}"
     docs = "docs /docs" if settings.public_docs else "OpenAPI /openapi.json with a key"
-    typer.echo(f"clgate API on http://{host}:{port} ({docs}) — jobs: {mode}; data: {settings.data_dir}", err=True)
+    typer.echo(
+        f"clgate API on http://{host}:{port} ({docs}) — jobs: {mode}; data: {settings.data_dir}", err=True
+    )
     os.environ["CLGATE_DATA_DIR"] = str(settings.data_dir)
     os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above
-    uvicorn.run("clgate.service.app:create_app", factory=True, host=host, port=port, workers=workers, log_level=log_level)
+    uvicorn.run(
+        "clgate.service.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level=log_level,
+    )
 
 
 def worker(
-    queues: str = typer.Option("gpu,cpu", help="Comma-separated queues to consume: gpu (retrain/evaluate), cpu (metrics, re-gate)."),
+    queues: str = typer.Option(
+        "gpu,cpu", help="Comma-separated queues to consume: gpu (retrain/evaluate), cpu (metrics, re-gate)."
+    ),
     concurrency: int = typer.Option(1, help="Worker processes (use 1 per GPU)."),
     hostname: str = typer.Option(None, help="Celery node name (default clgate-<queues>@<host>)."),
     loglevel: str = typer.Option("info", help="Log level."),
@@ -99,20 +120,37 @@ def worker(
     """Run a Celery worker for the service's queues (needs CLGATE_BROKER_URL=redis://…)."""
     settings = _settings()
     if settings.broker_url is None:
-        typer.echo("error: CLGATE_BROKER_URL: set it to the Redis broker (redis://host:6379/0); "
-                   "without a broker `clgate serve` runs jobs itself", err=True)
+        typer.echo(
+            "error: CLGATE_BROKER_URL: set it to the Redis broker (redis://host:6379/0); "
+            "without a broker `clgate serve` runs jobs itself",
+            err=True,
+        )
         raise typer.Exit(2)
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
     from clgate.schemas.vocab import QUEUES
 
     unknown = [q for q in wanted if q not in QUEUES]
     if not wanted or unknown:
-        typer.echo(f"error: --queues: unknown queue(s) {', '.join(unknown) or '(none)'}; use gpu and/or cpu", err=True)
+        typer.echo(
+            f"error: --queues: unknown queue(s) {', '.join(unknown) or '(none)'}; use gpu and/or cpu",
+            err=True,
+        )
         raise typer.Exit(2)
     from clgate.workers.app import app as celery_app
 
-    argv = ["worker", "-Q", ",".join(wanted), "--concurrency", str(concurrency), "--loglevel", loglevel,
-            "--prefetch-multiplier", "1", "-n", hostname or f"clgate-{'-'.join(wanted)}@%h"]
+    argv = [
+        "worker",
+        "-Q",
+        ",".join(wanted),
+        "--concurrency",
+        str(concurrency),
+        "--loglevel",
+        loglevel,
+        "--prefetch-multiplier",
+        "1",
+        "-n",
+        hostname or f"clgate-{'-'.join(wanted)}@%h",
+    ]
     celery_app.worker_main(argv)
 
 
@@ -136,23 +174,33 @@ def exporter(
 
     settings = _settings(data_dir)
     if settings.broker_url is None:
-        typer.echo("error: CLGATE_BROKER_URL: the exporter is for Celery mode; without a broker "
-                   "`clgate serve` runs one process and exports these series itself", err=True)
+        typer.echo(
+            "error: CLGATE_BROKER_URL: the exporter is for Celery mode; without a broker "
+            "`clgate serve` runs one process and exports these series itself",
+            err=True,
+        )
         raise typer.Exit(2)
     if not 0 < port < 65536:
         typer.echo(f"error: --port: {port} is not a TCP port (1-65535)", err=True)
         raise typer.Exit(2)
     sessions = _sessions(settings, migrate=False)
     broker = CeleryDispatcher(settings)  # a Redis client only: LLEN of the queue lists, nothing sent
-    registry = exporter_registry(sessions, queue_lengths=broker.queue_lengths,
-                                 worst_classes=settings.worst_classes, worker_stale_s=settings.worker_stale_s)
+    registry = exporter_registry(
+        sessions,
+        queue_lengths=broker.queue_lengths,
+        worst_classes=settings.worst_classes,
+        worker_stale_s=settings.worker_stale_s,
+    )
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         typer.echo(f"error: --host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
         raise typer.Exit(2) from None
-    typer.echo(f"clgate exporter on http://{host}:{port}/metrics (store {settings.data_dir}, "
-               f"broker {settings.broker_url.split('@')[-1]})", err=True)
+    typer.echo(
+        f"clgate exporter on http://{host}:{port}/metrics (store {settings.data_dir}, "
+        f"broker {settings.broker_url.split('@')[-1]})",
+        err=True,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -165,8 +213,10 @@ def exporter(
 def keys_create(
     role: str = typer.Option(..., help="viewer, submitter, approver or admin."),
     name: str = typer.Option(..., help="Who or what uses the key (shown in the audit trail)."),
-    project: str = typer.Option("default", help="The project whose records the key sees and creates "
-                                "(an admin key acts across projects)."),
+    project: str = typer.Option(
+        "default",
+        help="The project whose records the key sees and creates (an admin key acts across projects).",
+    ),
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Create an API key and print it (only its hash is stored)."""
@@ -184,13 +234,16 @@ def keys_create(
         raise typer.Exit(2)
     settings = _settings(data_dir)
     with session_scope(_sessions(settings)) as s:
-        _, key = create_key(s, name=name, role=role, project=project,
-                            actor=f"cli:{os.environ.get('USER', 'unknown')}")
+        _, key = create_key(
+            s, name=name, role=role, project=project, actor=f"cli:{os.environ.get('USER', 'unknown')}"
+        )
     typer.echo(key)
 
 
 @db_app.command("upgrade")
-def db_upgrade(data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR).")) -> None:
+def db_upgrade(
+    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
+) -> None:
     """Apply the database migrations (run once per release before the API and workers start)."""
     from clgate.store import open_store
     from clgate.store.db import current_revision
@@ -228,11 +281,17 @@ def db_grant(
 @audit_app.command("verify")
 def audit_verify(
     anchor: list[str] = typer.Option(
-        [], "--anchor", help="CHAIN:SEQ:HASH printed by an earlier run (kept outside the database): that link "
-        "must still be in the chain. Repeatable."),
+        [],
+        "--anchor",
+        help="CHAIN:SEQ:HASH printed by an earlier run (kept outside the database): that link "
+        "must still be in the chain. Repeatable.",
+    ),
     decision: list[Path] = typer.Option(
-        [], "--decision", help="A decision.json written beside the reports: check its sha256 instead (no "
-        "database needed). Repeatable."),
+        [],
+        "--decision",
+        help="A decision.json written beside the reports: check its sha256 instead (no "
+        "database needed). Repeatable.",
+    ),
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Check the hash chains of decisions, waivers and audit events; name the first broken link.
@@ -249,8 +308,10 @@ def audit_verify(
     for text in anchor:
         parts = text.split(":")
         if len(parts) != 3 or parts[0] not in CHAINS or not parts[1].isdigit() or len(parts[2]) != 64:
-            typer.echo(f"error: --anchor: {text!r} is not CHAIN:SEQ:HASH with CHAIN one of {', '.join(CHAINS)}",
-                       err=True)
+            typer.echo(
+                f"error: --anchor: {text!r} is not CHAIN:SEQ:HASH with CHAIN one of {', '.join(CHAINS)}",
+                err=True,
+            )
             raise typer.Exit(2)
         anchors.append((parts[0], int(parts[1]), parts[2]))
     from clgate.store.db import current_revision, head_revision
@@ -259,8 +320,11 @@ def audit_verify(
     revision, head = current_revision(store.engine), head_revision()
     if revision != head:
         store.close()
-        typer.echo(f"error: the database is at revision {revision or '(none)'}, not {head}: run `clgate db upgrade` "
-                   "(or point CLGATE_DATA_DIR / CLGATE_DATABASE_URL at the service's store)", err=True)
+        typer.echo(
+            f"error: the database is at revision {revision or '(none)'}, not {head}: run `clgate db upgrade` "
+            "(or point CLGATE_DATA_DIR / CLGATE_DATABASE_URL at the service's store)",
+            err=True,
+        )
         raise typer.Exit(2)
     broken = False
     try:
@@ -270,13 +334,17 @@ def audit_verify(
                     broken = True
                     typer.echo(f"BROKEN {report.broken}")
                 else:
-                    typer.echo(f"ok {report.chain}: {report.records} records, head "
-                               f"{report.chain}:{report.head_seq}:{report.head_hash}")
+                    typer.echo(
+                        f"ok {report.chain}: {report.records} records, head "
+                        f"{report.chain}:{report.head_seq}:{report.head_hash}"
+                    )
             for chain, seq, digest in anchors:
                 if not anchored(s, chain, seq, digest):
                     broken = True
-                    typer.echo(f"BROKEN {chain}: seq {seq}: no longer has the anchored hash {digest[:12]}… "
-                               "(history rewritten?)")
+                    typer.echo(
+                        f"BROKEN {chain}: seq {seq}: no longer has the anchored hash {digest[:12]}… "
+                        "(history rewritten?)"
+                    )
     finally:
         store.close()
     raise typer.Exit(1 if broken else 0)

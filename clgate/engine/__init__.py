@@ -20,12 +20,12 @@ from clgate.engine.strategies import Strategy, StrategyContext, available_strate
 
 __all__ = [
     "ContinualEvaluator",
-    "Recorder",
     "DataError",
     "EngineInputError",
     "JobCancelled",
     "ModelError",
     "Progress",
+    "Recorder",
     "Strategy",
     "StrategyContext",
     "StrategyError",

@@ -160,7 +160,9 @@ def _write(dest: Path, name: str, stream: BinaryIO, budget: list[int]) -> None:
         while chunk := stream.read(_CHUNK):
             budget[0] -= len(chunk)
             if budget[0] < 0:
-                raise ArchiveError(f"archive entry {name!r}: more bytes than declared (archive over the size limit)")
+                raise ArchiveError(
+                    f"archive entry {name!r}: more bytes than declared (archive over the size limit)"
+                )
             out.write(chunk)
 
 
@@ -177,7 +179,9 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
             kind = stat.S_IFMT(mode)
             if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
                 what = "a symbolic link" if kind == stat.S_IFLNK else "not a regular file"
-                raise ArchiveError(f"archive entry {info.filename!r}: {what} (only files and folders are extracted)")
+                raise ArchiveError(
+                    f"archive entry {info.filename!r}: {what} (only files and folders are extracted)"
+                )
             if info.flag_bits & 0x1:
                 raise ArchiveError(f"archive entry {info.filename!r}: encrypted")
             if not info.is_dir() and info.compress_size and info.file_size / info.compress_size > max_ratio:

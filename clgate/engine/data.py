@@ -74,7 +74,9 @@ def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
         return load_npz(_resolve(spec["path"], base_dir), layout=spec.get("layout", "channels_first"))
     if kind == "image_folder":
         return load_image_folder(
-            _resolve(spec["path"], base_dir), size=tuple(spec.get("size", (32, 32))), color=spec.get("color", "RGB")
+            _resolve(spec["path"], base_dir),
+            size=tuple(spec.get("size", (32, 32))),
+            color=spec.get("color", "RGB"),
         )
     if kind == "synthetic":
         args = {k: v for k, v in spec.items() if k != "kind"}
@@ -113,8 +115,12 @@ def validate_arrays(
         a = arrays[name]
         if a.ndim < 2:
             raise DataError(f"{source}: {name} has shape {a.shape}; expected (N, features…) with N samples")
-        if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
-            raise DataError(f"{source}: {name} has dtype {a.dtype}; expected a numeric (float or integer) array")
+        if not (
+            np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_
+        ):
+            raise DataError(
+                f"{source}: {name} has dtype {a.dtype}; expected a numeric (float or integer) array"
+            )
     for name in ("y_train", "y_test"):
         a = arrays[name]
         if a.ndim != 1:
@@ -264,13 +270,6 @@ def apply_layout(arrays: dict[str, np.ndarray], layout: str, source: str) -> dic
     return out
 
 
-def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
-    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles.
-
-    ``layout`` is how 4-D images are stored (see :func:`apply_layout`); the result is channels-first.
-    """
-
-
 def check_npz_limits(path: str | Path, *, max_bytes: int, max_samples: int) -> list[str]:
     """Why an ``.npz`` is too large to load (``[]`` when it is not), from its zip directory and ``.npy``
     headers only: a decompression bomb (a few MB inflating to GBs) is refused before anything is allocated.
@@ -284,19 +283,27 @@ def check_npz_limits(path: str | Path, *, max_bytes: int, max_samples: int) -> l
             infos = archive.infolist()
             total = sum(info.file_size for info in infos)
             if total > max_bytes:
-                problems.append(f"{path.name}: decompresses to {total} bytes, more than {max_bytes} "
-                                "(CLGATE_MAX_NPZ_BYTES)")
+                problems.append(
+                    f"{path.name}: decompresses to {total} bytes, more than {max_bytes} "
+                    "(CLGATE_MAX_NPZ_BYTES)"
+                )
             for info in infos:
                 if not info.filename.endswith(".npy"):
                     continue
                 with archive.open(info) as member:
                     major, _minor = np.lib.format.read_magic(member)
-                    read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                    read = (
+                        np.lib.format.read_array_header_1_0
+                        if major == 1
+                        else np.lib.format.read_array_header_2_0
+                    )
                     shape, _fortran, _dtype = read(member)
                 rows = shape[0] if shape else 1
                 if rows > max_samples:
-                    problems.append(f"{path.name}: {info.filename[:-4]} has {rows} samples, more than {max_samples} "
-                                    "(CLGATE_MAX_SAMPLES)")
+                    problems.append(
+                        f"{path.name}: {info.filename[:-4]} has {rows} samples, more than {max_samples} "
+                        "(CLGATE_MAX_SAMPLES)"
+                    )
     except (zipfile.BadZipFile, ValueError, OSError, EOFError):
         return problems  # not an archive, or a damaged one: the loader says why
     return problems
@@ -315,15 +322,22 @@ def check_image_folder_limits(
 
     root = Path(path)
     problems: list[str] = []
-    files = [f for split in ("train", "test") if (root / split).is_dir()
-             for f in (root / split).glob("*/*") if f.is_file() and not f.name.startswith(".")]
+    files = [
+        f
+        for split in ("train", "test")
+        if (root / split).is_dir()
+        for f in (root / split).glob("*/*")
+        if f.is_file() and not f.name.startswith(".")
+    ]
     if len(files) > max_samples:
         problems.append(f"{root.name}: {len(files)} images, more than {max_samples} (CLGATE_MAX_SAMPLES)")
     decoded = len(files) * size[0] * size[1] * (1 if color == "L" else 3) * 4  # float32 after scaling
     if decoded > max_bytes:
-        problems.append(f"{root.name}: {decoded} bytes once decoded, more than {max_bytes} (CLGATE_MAX_NPZ_BYTES)")
+        problems.append(
+            f"{root.name}: {decoded} bytes once decoded, more than {max_bytes} (CLGATE_MAX_NPZ_BYTES)"
+        )
     limit = Image.MAX_IMAGE_PIXELS or 89_478_485
-    for f in files[: max_samples]:
+    for f in files[:max_samples]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -332,7 +346,7 @@ def check_image_folder_limits(
         except Image.DecompressionBombError as exc:
             problems.append(f"{f.name}: {exc} (decompression bomb)")
             break
-        except Exception:  # noqa: BLE001 - an unreadable file: the loader says why
+        except Exception:
             continue
         if width * height > limit:
             problems.append(f"{f.name}: {width}x{height} pixels, more than {limit} (decompression bomb)")
@@ -340,8 +354,11 @@ def check_image_folder_limits(
     return problems
 
 
-def load_npz(path: str | Path) -> Dataset:
-    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles."""
+def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
+    """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles.
+
+    ``layout`` is how 4-D images are stored (see :func:`apply_layout`); the result is channels-first.
+    """
     path = Path(path)
     source = str(path)
     if not path.is_file():
@@ -351,22 +368,32 @@ def load_npz(path: str | Path) -> Dataset:
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise DataError(f"{source}: not a readable .npz file ({exc})") from None
     if not hasattr(archive, "files"):
-        raise DataError(f"{source}: not an .npz archive (a single .npy array?); expected x_train, y_train, x_test, y_test")
+        raise DataError(
+            f"{source}: not an .npz archive (a single .npy array?); expected x_train, y_train, x_test, y_test"
+        )
     with archive:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
         if missing:
-            raise DataError(f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})")
+            raise DataError(
+                f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})"
+            )
         try:
             arrays = {k: _npz_member(path, k, archive) for k in ("x_train", "y_train", "x_test", "y_test")}
             names = archive["class_names"] if "class_names" in archive.files else None
         except ValueError as exc:  # object arrays need pickle: refused
-            raise DataError(f"{source}: {exc} (object arrays are refused; store numbers and strings)") from None
+            raise DataError(
+                f"{source}: {exc} (object arrays are refused; store numbers and strings)"
+            ) from None
     if names is not None:
         if names.ndim != 1 or names.dtype.kind not in "US":
-            raise DataError(f"{source}: class_names must be a 1-D array of strings, got {names.dtype} {names.shape}")
+            raise DataError(
+                f"{source}: class_names must be a 1-D array of strings, got {names.dtype} {names.shape}"
+            )
         names = [str(n) for n in names.tolist()]
     arrays = apply_layout(arrays, layout, source)
-    ds = validate_arrays(arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source)
+    ds = validate_arrays(
+        arrays["x_train"], arrays["y_train"], arrays["x_test"], arrays["y_test"], names, source
+    )
     if arrays["x_train"].ndim == 4:
         ds.meta = {**ds.meta, "layout": layout}
     return ds
@@ -385,16 +412,26 @@ def _npz_member(path: Path, key: str, archive: Any) -> np.ndarray:
                 local = f.read(30)
                 if local[:4] != b"PK\x03\x04":
                     return archive[key]
-                name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+                name_len, extra_len = (
+                    int.from_bytes(local[26:28], "little"),
+                    int.from_bytes(local[28:30], "little"),
+                )
                 start = info.header_offset + 30 + name_len + extra_len
                 f.seek(start)
                 version = np.lib.format.read_magic(f)
-                read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+                read_header = {
+                    (1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0,
+                }
                 if version not in read_header:
                     return archive[key]
                 shape, fortran, dtype = read_header[version](f)
                 offset = f.tell()
-            if dtype.hasobject or fortran or offset - start + dtype.itemsize * int(np.prod(shape)) > info.file_size:
+            if (
+                dtype.hasobject
+                or fortran
+                or offset - start + dtype.itemsize * int(np.prod(shape)) > info.file_size
+            ):
                 return archive[key]  # object arrays: refused by the reader; odd layouts: read whole
             return np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=tuple(shape), order="C")
     except (KeyError, OSError, ValueError, zipfile.BadZipFile):
@@ -430,9 +467,13 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
         xs: list[np.ndarray] = []
         ys: list[int] = []
         for label, name in enumerate(classes):
-            files = sorted(p for p in (root / split / name).iterdir() if p.is_file() and not p.name.startswith("."))
+            files = sorted(
+                p for p in (root / split / name).iterdir() if p.is_file() and not p.name.startswith(".")
+            )
             if not files:
-                raise DataError(f"{root / split / name}: no image files (class {name!r} has no {split} samples)")
+                raise DataError(
+                    f"{root / split / name}: no image files (class {name!r} has no {split} samples)"
+                )
             for f in files:
                 try:
                     with Image.open(f) as img:

@@ -80,7 +80,9 @@ class RecorderCallback(Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         n = _batch_size(batch)
-        self._pending_samples = None if n is None or self._pending_samples is None else self._pending_samples + n
+        self._pending_samples = (
+            None if n is None or self._pending_samples is None else self._pending_samples + n
+        )
         updates = trainer.global_step - self._last_step
         if updates <= 0:
             return  # gradient accumulation: no optimizer step yet

@@ -62,8 +62,17 @@ _SAFE_GLOBALS = {
     "builtins set",
 }
 _STORAGE_NAMES = {
-    "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage", "IntStorage",
-    "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage", "UntypedStorage",
+    "FloatStorage",
+    "DoubleStorage",
+    "HalfStorage",
+    "BFloat16Storage",
+    "LongStorage",
+    "IntStorage",
+    "ShortStorage",
+    "CharStorage",
+    "ByteStorage",
+    "BoolStorage",
+    "UntypedStorage",
 }
 
 
@@ -188,7 +197,9 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
     """
     library, name = arch.split(":", 1)
     if len(input_shape) not in (2, 3):
-        raise ModelError(f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape {input_shape}")
+        raise ModelError(
+            f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape {input_shape}"
+        )
     channels = 1 if len(input_shape) == 2 else input_shape[0]
     try:
         if library == "torchvision":
@@ -200,12 +211,16 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
 
             model = timm.create_model(name, pretrained=False, num_classes=n_classes, in_chans=channels)
     except ImportError as exc:
-        raise ModelError(f"model.arch: {arch} needs the {library} package (pip install {library}): {exc}") from None
+        raise ModelError(
+            f"model.arch: {arch} needs the {library} package (pip install {library}): {exc}"
+        ) from None
     except (ValueError, KeyError, RuntimeError) as exc:
         raise ModelError(f"model.arch: {library} cannot build {name!r} ({exc})") from None
     if library == "torchvision" and channels != 3:
         if channels != 1:
-            raise ModelError(f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has {channels} channels")
+            raise ModelError(
+                f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has {channels} channels"
+            )
         model.register_forward_pre_hook(_to_rgb)
     elif len(input_shape) == 2:
         model.register_forward_pre_hook(_add_channel)
@@ -249,7 +264,9 @@ class GrowingLinear(nn.Module):
         self.blocks.append(nn.Linear(self.in_features, len(new)).to(device=device, dtype=dtype))
         self.classes = torch.cat([self.classes, torch.tensor(new, dtype=torch.long, device=device)])
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
         # A checkpoint knows how far the head grew: rebuild the blocks to its shapes before loading.
         classes = state_dict.get(prefix + "classes")
         if isinstance(classes, torch.Tensor):
@@ -329,7 +346,14 @@ def _only_safe_globals(payload: bytes) -> bool:
     try:
         for opcode, arg, _pos in pickletools.genops(io.BytesIO(payload)):
             name = opcode.name
-            if name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8", "SHORT_BINSTRING", "BINSTRING"):
+            if name in (
+                "SHORT_BINUNICODE",
+                "BINUNICODE",
+                "UNICODE",
+                "BINUNICODE8",
+                "SHORT_BINSTRING",
+                "BINSTRING",
+            ):
                 strings.append(str(arg))
             elif name in ("GLOBAL", "INST"):
                 if not _is_safe_global(*str(arg).split(" ", 1)):
@@ -391,10 +415,16 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
     if kind == "pickled_model":
         raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
     if kind == "torchscript":
-        raise ModelError(f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights")
+        raise ModelError(
+            f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights"
+        )
     if kind == "export":
-        raise ModelError(f"{path}: this is a torch.export program; give it as a checkpoint of clgate evaluate")
-    raise ModelError(f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)")
+        raise ModelError(
+            f"{path}: this is a torch.export program; give it as a checkpoint of clgate evaluate"
+        )
+    raise ModelError(
+        f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)"
+    )
 
 
 # TorchScript operators: a loaded graph may use these namespaces only, and none of the denied operators
@@ -411,7 +441,9 @@ def _denied_ops() -> frozenset[str]:
         if schema.name.split("::", 1)[0] not in TORCHSCRIPT_NAMESPACES:
             continue
         for arg in schema.arguments:
-            if str(arg.type) in ("str", "Optional[str]") and any(k in arg.name.lower() for k in _FILE_ARGUMENTS):
+            if str(arg.type) in ("str", "Optional[str]") and any(
+                k in arg.name.lower() for k in _FILE_ARGUMENTS
+            ):
                 denied.add(schema.name)
     return frozenset(denied)
 
@@ -420,7 +452,9 @@ def torchscript_refusal(op: str) -> str | None:
     """Why operator ``op`` (``namespace::name``) may not run in a candidate model, or ``None``."""
     namespace = op.split("::", 1)[0]
     if namespace not in TORCHSCRIPT_NAMESPACES:
-        return f"operator {op} is outside the allowed namespaces ({', '.join(sorted(TORCHSCRIPT_NAMESPACES))})"
+        return (
+            f"operator {op} is outside the allowed namespaces ({', '.join(sorted(TORCHSCRIPT_NAMESPACES))})"
+        )
     if op in _denied_ops_cache():
         return f"operator {op} accesses files, processes or libraries"
     return None
@@ -474,7 +508,9 @@ def check_torchscript_ops(module: torch.jit.ScriptModule, source: str) -> None:
                     seen.add(kind)
                     reason = torchscript_refusal(kind)
                     if reason:
-                        raise ModelError(f"{source}: refused: {reason} (in {sub.original_name}.{method_name})")
+                        raise ModelError(
+                            f"{source}: refused: {reason} (in {sub.original_name}.{method_name})"
+                        )
                 for block in node.blocks():
                     stack.extend(block.nodes())
 
@@ -488,7 +524,9 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
     if kind in ("pickled_model", "pickle"):
         raise ModelError(f"{path}: refused: this is a pickled whole model, not TorchScript. {EXPORT_HINT}")
     if kind in ("safetensors", "state_dict"):
-        raise ModelError(f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead")
+        raise ModelError(
+            f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead"
+        )
     if kind == "export":
         raise ModelError(
             f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint of clgate evaluate"
@@ -547,7 +585,9 @@ def _check_export_archive(path: Path) -> None:
                     if "constants" in name and not str(meta.get("path_name", "")).startswith(
                         TENSOR_CONSTANT_FILENAME_PREFIX
                     ):
-                        raise ModelError(f"{path}: refused: constant {fqn!r} is a pickled object, not a tensor")
+                        raise ModelError(
+                            f"{path}: refused: constant {fqn!r} is a pickled object, not a tensor"
+                        )
             elif data[:2] == b"PK":
                 try:
                     with zipfile.ZipFile(io.BytesIO(data)) as inner:
@@ -556,7 +596,11 @@ def _check_export_archive(path: Path) -> None:
                             raise ModelError(f"{path}: refused: {name} pickles more than tensors")
                 except zipfile.BadZipFile:
                     pass
-            elif data[:1] == b"\x80" and name.endswith((".pkl", ".pt", ".pickle")) and not _only_safe_globals(data):
+            elif (
+                data[:1] == b"\x80"
+                and name.endswith((".pkl", ".pt", ".pickle"))
+                and not _only_safe_globals(data)
+            ):
                 raise ModelError(f"{path}: refused: {name} pickles more than tensors")
 
 
@@ -598,7 +642,11 @@ def load_model(
     info: dict[str, Any] = {}
     if torchscript is not None:
         model = load_torchscript(torchscript)
-        info = {"model": "torchscript", "model_file": str(torchscript), "model_sha256": file_digest(torchscript)}
+        info = {
+            "model": "torchscript",
+            "model_file": str(torchscript),
+            "model_sha256": file_digest(torchscript),
+        }
     else:
         assert arch is not None
         model = build_model(arch, input_shape, n_classes, hidden=hidden)
@@ -622,4 +670,6 @@ def check_output_width(model: nn.Module, input_shape: tuple[int, ...], n_classes
         model.train(was_training)
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != n_classes:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ModelError(f"{source}: the model outputs {shape} for a batch of 2; expected (2, {n_classes}) logits, one per class")
+        raise ModelError(
+            f"{source}: the model outputs {shape} for a batch of 2; expected (2, {n_classes}) logits, one per class"
+        )

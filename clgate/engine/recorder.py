@@ -101,7 +101,9 @@ class Recorder:
         x = _as_tensor(x_test, "x_test")
         y = _as_tensor(y_test, "y_test")
         if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
-            raise EngineInputError(f"y_test: expected a 1-D integer label array, got {tuple(y.shape)} {y.dtype}")
+            raise EngineInputError(
+                f"y_test: expected a 1-D integer label array, got {tuple(y.shape)} {y.dtype}"
+            )
         if len(x) != len(y):
             raise EngineInputError(f"x_test/y_test: {len(x)} inputs but {len(y)} labels")
         groups = [[int(c) for c in g] for g in tasks]
@@ -117,7 +119,9 @@ class Recorder:
             raise EngineInputError(f"y_test: labels must be 0 … {n_classes - 1} (the classes of tasks)")
         missing = sorted(set(range(n_classes)) - set(torch.unique(y).tolist()))
         if missing:
-            raise EngineInputError(f"y_test: class(es) {missing} have no held-out samples (every class needs some)")
+            raise EngineInputError(
+                f"y_test: class(es) {missing} have no held-out samples (every class needs some)"
+            )
         if class_names is not None and len(class_names) != n_classes:
             raise EngineInputError(f"class_names: {len(class_names)} names for {n_classes} classes")
         if eval_every is not None and eval_every < 1:
@@ -268,7 +272,9 @@ class Recorder:
     def evaluator(self) -> ContinualEvaluator:
         """The continual evaluator (its samples go to the device at the first evaluation)."""
         if self._evaluator is None:
-            raise EngineInputError("recorder: no evaluation yet (the device is the model's, known at the first one)")
+            raise EngineInputError(
+                "recorder: no evaluation yet (the device is the model's, known at the first one)"
+            )
         return self._evaluator
 
     def _evaluator_for(self, model: nn.Module) -> ContinualEvaluator:
@@ -296,7 +302,9 @@ class Recorder:
 
     def _check_open(self) -> None:
         if self.finished:
-            raise EngineInputError(f"recorder: all {len(self.tasks)} tasks have ended; nothing more to record")
+            raise EngineInputError(
+                f"recorder: all {len(self.tasks)} tasks have ended; nothing more to record"
+            )
 
     def _predict(self, model: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
         def predict(x: torch.Tensor) -> torch.Tensor:
@@ -314,7 +322,9 @@ class Recorder:
         evaluator = self._evaluator_for(model)
         correct, total = evaluator.evaluate(self._predict(model), model, seen_tasks=self.task)
         self.points.append(
-            EvalPoint(iteration=self.iteration, task=self.task, task_end=task_end, correct=correct, total=total)
+            EvalPoint(
+                iteration=self.iteration, task=self.task, task_end=task_end, correct=correct, total=total
+            )
         )
         n = sum(total)
         self.last_accuracy = sum(correct) / n if n else None
@@ -330,7 +340,9 @@ class Recorder:
         if self.resources is None:
             return
         if min(train_size or 0, train_bytes or 0, buffer_bytes, extra_train_samples) < 0:
-            raise EngineInputError("task_end: train_size, train_bytes, buffer_bytes, extra_train_samples must be ≥ 0")
+            raise EngineInputError(
+                "task_end: train_size, train_bytes, buffer_bytes, extra_train_samples must be ≥ 0"
+            )
         if train_size is None or train_bytes is None:
             self.resources = None  # resources of every task or of none
             return

@@ -48,7 +48,9 @@ def measure_costs(model: nn.Module, example: torch.Tensor) -> SampleCost:
         for p, g in zip(model.parameters(), saved_grads):
             p.grad = g
         model.train(was_training)
-    return SampleCost(forward_muladds=fwd.get_total_flops() / 2 / n, train_muladds=both.get_total_flops() / 2 / n)
+    return SampleCost(
+        forward_muladds=fwd.get_total_flops() / 2 / n, train_muladds=both.get_total_flops() / 2 / n
+    )
 
 
 def count_params(model: nn.Module) -> int:

@@ -196,7 +196,9 @@ class _SharedData:
         self.y_train = torch.from_numpy(data.y_train)
         self.x_test = torch.from_numpy(data.x_test)
         self.y_test = torch.from_numpy(data.y_test)
-        self.task_index = [torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))) for classes in tasks]
+        self.task_index = [
+            torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))) for classes in tasks
+        ]
         self.digest = data.digest()
 
     def task_train(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -276,7 +278,12 @@ class _SeedRun:
             "future_tasks": spec.evaluation.future_tasks,
             "predict_over": spec.model.predict_over,
             "first_task_learned": spec.scenario.first_task_learned,
-            "data": {"kind": spec.data.kind, "source": data.source, "sha256": self.shared.digest, **data.meta},
+            "data": {
+                "kind": spec.data.kind,
+                "source": data.source,
+                "sha256": self.shared.digest,
+                **data.meta,
+            },
             "device": str(self.device),
             "cpu_threads": torch.get_num_threads() if self.device.type == "cpu" else None,
             "eval_selection": {
@@ -329,7 +336,9 @@ class _SeedRun:
             more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
             self._diverge(f"weights are not finite: {bad[0]}{more}", task=task, iteration=iteration)
 
-    def _point(self, model: torch.nn.Module, predict: Callable, *, iteration: int, task: int, task_end: bool) -> None:
+    def _point(
+        self, model: torch.nn.Module, predict: Callable, *, iteration: int, task: int, task_end: bool
+    ) -> None:
         if self.spec.mode == "retrain":
             self._check_weights(model, task=task, iteration=iteration)
         correct, total = self.evaluator.evaluate(predict, model, seen_tasks=task)
@@ -466,12 +475,18 @@ class _SeedRun:
                     last = pos == steps_per_epoch - 1
                     # the last step takes the epoch's remainder (one sample more than a batch when a lone
                     # sample would be left for a BatchNorm model, see _steps_per_epoch)
-                    idx = perm[pos * tr.batch_size :] if last else perm[pos * tr.batch_size : (pos + 1) * tr.batch_size]
+                    idx = (
+                        perm[pos * tr.batch_size :]
+                        if last
+                        else perm[pos * tr.batch_size : (pos + 1) * tr.batch_size]
+                    )
                     xb, yb = x_t[idx], y_t[idx]
                     with self.autocast():
                         loss = strategy.loss(xb, yb)
                     if not bool(torch.isfinite(loss)):
-                        self._diverge(f"loss is {float(loss.detach())}", task=k + 1, iteration=self.iteration + 1)
+                        self._diverge(
+                            f"loss is {float(loss.detach())}", task=k + 1, iteration=self.iteration + 1
+                        )
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -557,7 +572,9 @@ class _SeedRun:
             self.task = task
             self.iteration = iteration
             self._point(model, predict, iteration=iteration, task=task, task_end=task_end)
-            self.meta["checkpoints"].append({"path": str(path), "sha256": file_digest(path), "iteration": iteration})
+            self.meta["checkpoints"].append(
+                {"path": str(path), "sha256": file_digest(path), "iteration": iteration}
+            )
             if self._stop_requested():
                 raise _Stop
 
@@ -598,7 +615,9 @@ def plan_checkpoints(spec: JobSpec, n_tasks: int) -> list[tuple[str, int, int, b
             )
         return [(c.path, k + 1, k + 1, True) for k, c in enumerate(cks)]
     if not all(with_iter):
-        raise EngineInputError("checkpoints: give an iteration for every checkpoint (PATH@ITERATION) or for none")
+        raise EngineInputError(
+            "checkpoints: give an iteration for every checkpoint (PATH@ITERATION) or for none"
+        )
     tasks = [c.task for c in cks]
     if any(t is None for t in tasks):
         if len(cks) != n_tasks or any(t is not None for t in tasks):
@@ -609,12 +628,16 @@ def plan_checkpoints(spec: JobSpec, n_tasks: int) -> list[tuple[str, int, int, b
     iterations = [c.iteration for c in cks]
     for i in range(1, len(cks)):
         if iterations[i] <= iterations[i - 1]:  # type: ignore[operator]
-            raise EngineInputError(f"checkpoints[{i}]: iteration {iterations[i]} is not after {iterations[i - 1]}")
+            raise EngineInputError(
+                f"checkpoints[{i}]: iteration {iterations[i]} is not after {iterations[i - 1]}"
+            )
         if tasks[i] < tasks[i - 1]:  # type: ignore[operator]
             raise EngineInputError(f"checkpoints[{i}]: task {tasks[i]} comes after task {tasks[i - 1]}")
     missing = sorted(set(range(1, n_tasks + 1)) - set(tasks))  # type: ignore[arg-type]
     if missing:
-        raise EngineInputError(f"checkpoints: no checkpoint for task(s) {missing} (each task needs its task-end checkpoint)")
+        raise EngineInputError(
+            f"checkpoints: no checkpoint for task(s) {missing} (each task needs its task-end checkpoint)"
+        )
     if max(tasks) > n_tasks:  # type: ignore[type-var]
         raise EngineInputError(f"checkpoints: task {max(tasks)} does not exist ({n_tasks} tasks)")  # type: ignore[type-var]
     last = {t: i for i, t in enumerate(tasks)}

@@ -52,12 +52,16 @@ def build_tasks(
 def _check_cover(classes: list[int], n_classes: int, where: str) -> None:
     out_of_range = sorted(c for c in classes if c >= n_classes)
     if out_of_range:
-        raise EngineInputError(f"{where}: class id(s) {out_of_range} out of range (the data has {n_classes} classes)")
+        raise EngineInputError(
+            f"{where}: class id(s) {out_of_range} out of range (the data has {n_classes} classes)"
+        )
     if len(set(classes)) != len(classes):
         raise EngineInputError(f"{where}: a class appears more than once")
     missing = sorted(set(range(n_classes)) - set(classes))
     if missing:
-        raise EngineInputError(f"{where}: class id(s) {missing} are in no task (every class of the data must be in one)")
+        raise EngineInputError(
+            f"{where}: class id(s) {missing} are in no task (every class of the data must be in one)"
+        )
 
 
 def tasks_from_spec(scenario: Any, n_classes: int) -> list[list[int]]:

@@ -217,7 +217,9 @@ class _Memory:
 class ERParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mem_size: int = Field(200, ge=1, description="Memory size M (samples).")
-    replay_batch_size: int | None = Field(None, ge=1, description="Replay samples per update (default: batch size).")
+    replay_batch_size: int | None = Field(
+        None, ge=1, description="Replay samples per update (default: batch size)."
+    )
 
 
 class ER(Strategy):
@@ -460,7 +462,9 @@ def available_strategies() -> dict[str, type[Strategy]]:
         except Exception as exc:
             raise StrategyError(f"strategy plugin {ep.name!r} ({ep.value}) cannot be loaded: {exc}") from None
         if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-            raise StrategyError(f"strategy plugin {ep.name!r} ({ep.value}) is not a clgate.engine.strategies.Strategy subclass")
+            raise StrategyError(
+                f"strategy plugin {ep.name!r} ({ep.value}) is not a clgate.engine.strategies.Strategy subclass"
+            )
         found[ep.name] = cls
     return found
 
@@ -470,7 +474,9 @@ def get_strategy(name: str) -> type[Strategy]:
         return BUILTIN_STRATEGIES[name]
     found = available_strategies()
     if name not in found:
-        raise StrategyError(f"strategy.name: unknown strategy {name!r} (available: {', '.join(sorted(found))})")
+        raise StrategyError(
+            f"strategy.name: unknown strategy {name!r} (available: {', '.join(sorted(found))})"
+        )
     return found[name]
 
 
@@ -490,6 +496,11 @@ def create_strategy(name: str, params: dict[str, Any], ctx: StrategyContext) -> 
         parsed = cls.Params.model_validate(kept)
     except ValidationError as exc:
         takes = (", ".join(sorted(own)) or "none").replace("{", "{{").replace("}", "}}")
-        extra = name.replace("{", "{{").replace("}", "}}") + f" takes no parameter {{field!r}} (it takes: {takes})"
-        raise StrategyError(problems_of(exc, prefix="strategy.params", messages={"extra_forbidden": extra})) from None
+        extra = (
+            name.replace("{", "{{").replace("}", "}}")
+            + f" takes no parameter {{field!r}} (it takes: {takes})"
+        )
+        raise StrategyError(
+            problems_of(exc, prefix="strategy.params", messages={"extra_forbidden": extra})
+        ) from None
     return cls(ctx, parsed), ignored

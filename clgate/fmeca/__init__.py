@@ -172,7 +172,10 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
         )
     rows.sort(key=_row_order)
     return FmecaWorksheet(
-        rows=rows, matrix=criticality_matrix(rows), over_runs=config.over_runs, bound=config.bound,
+        rows=rows,
+        matrix=criticality_matrix(rows),
+        over_runs=config.over_runs,
+        bound=config.bound,
         unrated=sum(not r.rated for r in rows),
     )
 

@@ -85,7 +85,9 @@ def task_accuracy_matrix(
         return np.add.reduceat(class_acc[:, order], starts, axis=1) / sizes
     if mode == "micro":
         if correct is None or total is None:
-            raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
+            raise ValueError(
+                "task_accuracy: 'micro' pools correct/total counts; this log has accuracies only"
+            )
         total_by_task = total[:, order]
         c = np.add.reduceat(correct[:, order], starts, axis=1).astype(float)
         t = np.add.reduceat(total_by_task, starts, axis=1).astype(float)
@@ -216,7 +218,9 @@ class LogArrays:
         """The same log with ``task_acc`` and ``R`` recomputed as ``macro`` or ``micro``."""
         if mode == self.task_accuracy and self.R.shape == (self.n_tasks, self.n_tasks):
             return self
-        task_acc = task_accuracy_matrix(self.class_acc, self.tasks, correct=self.correct, total=self.total, mode=mode)
+        task_acc = task_accuracy_matrix(
+            self.class_acc, self.tasks, correct=self.correct, total=self.total, mode=mode
+        )
         K, F = self.n_tasks, self.finished_tasks
         R = np.full((K, K), np.nan)
         r = np.full((K, self.n_classes), np.nan)

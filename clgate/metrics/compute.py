@@ -32,7 +32,11 @@ CONTINUAL_NOTE = (
 
 # ---------------------------------------------------------------------------------------------- options
 def _check_options(
-    task_accuracy: str, windows: Sequence[int], weights: Sequence[float] | None, epsilon: float, confidence: float
+    task_accuracy: str,
+    windows: Sequence[int],
+    weights: Sequence[float] | None,
+    epsilon: float,
+    confidence: float,
 ) -> tuple[list[int], np.ndarray]:
     if task_accuracy not in ("macro", "micro"):
         raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
@@ -108,7 +112,9 @@ def compute_metrics(
     ctx = steps.MetricContext(a, weights=w, epsilon=float(epsilon), confidence=confidence, baseline=b)
     for metric_id in metric_ids(checked_windows):
         info = metric_info(metric_id)
-        unmet = next((need for need in steps.NEED_REASONS if need in info.own_needs and not ctx.has(need)), None)
+        unmet = next(
+            (need for need in steps.NEED_REASONS if need in info.own_needs and not ctx.has(need)), None
+        )
         if unmet is not None:
             outcome = steps.Outcome(None, reason=steps.NEED_REASONS[unmet])
         elif info.min_tasks > F:
@@ -180,9 +186,13 @@ def _is_null(value: MetricValue) -> bool:
 
 def _baseline_arrays(a: LogArrays, baseline: LogLike) -> LogArrays:
     """The baseline's arrays, checked to cover the same classes as the log's."""
-    b = baseline if isinstance(baseline, LogArrays) else _arrays(baseline, "macro", "baseline")  # class finals only
+    b = (
+        baseline if isinstance(baseline, LogArrays) else _arrays(baseline, "macro", "baseline")
+    )  # class finals only
     if b.n_classes != a.n_classes:
-        raise ValueError(f"baseline: has {b.n_classes} classes, the log has {a.n_classes} (same classes needed)")
+        raise ValueError(
+            f"baseline: has {b.n_classes} classes, the log has {a.n_classes} (same classes needed)"
+        )
     if b.class_names != a.class_names:
         raise ValueError("baseline: class names differ from the log's (same classes, same ids needed)")
     return b
@@ -196,29 +206,39 @@ def _class_stats(
     final = a.r[F - 1] if F else np.full(C, np.nan)
     if F:
         low = minima.value[F - 1]
-        low_point = fn.first_point_of_minimum(a.class_acc, a.task_end_idx, minima.segment[F - 1], np.arange(C), low)
+        low_point = fn.first_point_of_minimum(
+            a.class_acc, a.task_end_idx, minima.segment[F - 1], np.arange(C), low
+        )
     else:
         low, low_point = np.full(C, np.nan), np.full(C, -1)
     low_lcb = None
     if a.correct is not None and a.total is not None and F:
         rows = np.maximum(low_point, 0)
-        low_lcb = wilson_interval(a.correct[rows, np.arange(C)], a.total[rows, np.arange(C)], confidence=confidence)[0]
+        low_lcb = wilson_interval(
+            a.correct[rows, np.arange(C)], a.total[rows, np.arange(C)], confidence=confidence
+        )[0]
     correct, total = (a.correct, a.total) if F else (None, None)
     e = int(a.task_end_idx[-1]) if F else -1
     stats = []
     for c in range(C):  # building output records, one per class (not a metric hot path)
         ok = bool(learned[c])
         has_low = ok and low_point[c] >= 0
-        stats.append(ClassStats(
-            id=c, name=a.class_names[c], task=int(a.class_task[c]) + 1,
-            final_accuracy=_num(final[c]) if ok else None,
-            final_correct=int(correct[e, c]) if ok and correct is not None and total is not None else None,
-            final_total=int(total[e, c]) if ok and correct is not None and total is not None else None,
-            final_lcb=_num(lcb_final[c]) if ok and lcb_final is not None else None,
-            min_after_learned=float(low[c]) if has_low else None,
-            min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
-            min_after_learned_lcb=_num(low_lcb[c]) if has_low and low_lcb is not None else None,
-        ))
+        stats.append(
+            ClassStats(
+                id=c,
+                name=a.class_names[c],
+                task=int(a.class_task[c]) + 1,
+                final_accuracy=_num(final[c]) if ok else None,
+                final_correct=int(correct[e, c])
+                if ok and correct is not None and total is not None
+                else None,
+                final_total=int(total[e, c]) if ok and correct is not None and total is not None else None,
+                final_lcb=_num(lcb_final[c]) if ok and lcb_final is not None else None,
+                min_after_learned=float(low[c]) if has_low else None,
+                min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
+                min_after_learned_lcb=_num(low_lcb[c]) if has_low and low_lcb is not None else None,
+            )
+        )
     return stats
 
 
@@ -250,15 +270,25 @@ def compute_runs(
     """
     if isinstance(logs, (EvaluationLog, LogArrays)) or len(logs) == 0:
         raise ValueError("logs: give a non-empty sequence of logs (one per run)")
-    options: dict[str, Any] = {"task_accuracy": task_accuracy, "windows": windows, "weights": weights, "epsilon": epsilon,
-                   "baseline": baseline, "confidence": confidence}
+    options: dict[str, Any] = {
+        "task_accuracy": task_accuracy,
+        "windows": windows,
+        "weights": weights,
+        "epsilon": epsilon,
+        "baseline": baseline,
+        "confidence": confidence,
+    }
     arrays = [_arrays(log, task_accuracy, f"logs[{i}]") for i, log in enumerate(logs)]
     first = arrays[0]
     for i, x in enumerate(arrays[1:], start=1):
-        if x.n_classes != first.n_classes or any(
-            len(t) != len(u) or np.any(t != u) for t, u in zip(x.tasks, first.tasks, strict=False)
-        ) or x.n_tasks != first.n_tasks:
-            raise ValueError(f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s")
+        if (
+            x.n_classes != first.n_classes
+            or any(len(t) != len(u) or np.any(t != u) for t, u in zip(x.tasks, first.tasks, strict=False))
+            or x.n_tasks != first.n_tasks
+        ):
+            raise ValueError(
+                f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s"
+            )
     runs = [compute_metrics(x, **options) for x in arrays]
     _, w = _check_options(task_accuracy, windows, weights, epsilon, confidence)
     aggregates: dict[str, Aggregate] = {}
@@ -272,7 +302,9 @@ def compute_runs(
         metrics[metric_id] = agg.mean
         if reason:
             reasons[metric_id] = reason
-    criteria = np.array([[np.nan if r.metrics[c] is None else r.metrics[c] for c in CL_CRITERIA] for r in runs])
+    criteria = np.array(
+        [[np.nan if r.metrics[c] is None else r.metrics[c] for c in CL_CRITERIA] for r in runs]
+    )
     used = w != 0
     if len(runs) < 2:
         stability, why = None, steps.NEED_REASONS["runs"]

@@ -309,7 +309,9 @@ class ClassMinima(NamedTuple):
     segment: np.ndarray  # F × C: the task segment (e(s-1), e(s)] holding the earliest point of that minimum
 
 
-def class_minima_after_learning(class_acc: np.ndarray, class_task: np.ndarray, task_end_idx: np.ndarray) -> ClassMinima:
+def class_minima_after_learning(
+    class_acc: np.ndarray, class_task: np.ndarray, task_end_idx: np.ndarray
+) -> ClassMinima:
     """``min{a_p(c) : e(task(c)) < p ≤ e(k)}`` for every finished task k and every class c (NaN ignored).
 
     One ``np.fmin.reduceat`` over the points splits them into the task segments ``(e(k-1), e(k)]``
@@ -341,7 +343,11 @@ def class_minima_after_learning(class_acc: np.ndarray, class_task: np.ndarray, t
 
 
 def first_point_of_minimum(
-    class_acc: np.ndarray, task_end_idx: np.ndarray, segment: np.ndarray, classes: np.ndarray, minimum: np.ndarray
+    class_acc: np.ndarray,
+    task_end_idx: np.ndarray,
+    segment: np.ndarray,
+    classes: np.ndarray,
+    minimum: np.ndarray,
 ) -> np.ndarray:
     """For each class ``classes[i]``: the first point of task segment ``segment[i]`` where its accuracy
     equals ``minimum[i]`` (-1 where ``segment[i]`` is -1). Loops over segments (tasks), not classes.
@@ -361,7 +367,9 @@ def first_point_of_minimum(
     return out
 
 
-def min_accuracy(task_acc: np.ndarray, task_end_idx: np.ndarray, n_tasks: int) -> tuple[np.ndarray, RunningMin]:
+def min_accuracy(
+    task_acc: np.ndarray, task_end_idx: np.ndarray, n_tasks: int
+) -> tuple[np.ndarray, RunningMin]:
     """``min-ACC_k = 1/(k-1) Σ_{i<k} min{A_p(i) : e(i) < p ≤ e(k)}`` — De Lange et al. eq. 2.
 
     Returns the per-task values (length K) and the running minima (for evidence).
@@ -382,7 +390,9 @@ def min_accuracy(task_acc: np.ndarray, task_end_idx: np.ndarray, n_tasks: int) -
     return out, run
 
 
-def worst_case_accuracy_curve(task_acc: np.ndarray, point_task: np.ndarray, task_end_idx: np.ndarray) -> np.ndarray:
+def worst_case_accuracy_curve(
+    task_acc: np.ndarray, point_task: np.ndarray, task_end_idx: np.ndarray
+) -> np.ndarray:
     """``WC-ACC_t = 1/k A_t(k) + (1 - 1/k) min-ACC_k(t)`` at every point t of task k — De Lange et al. eq. 6.
 
     ``min-ACC_k(t)`` uses the points up to t. At k = 1 it is ``A_t(1)``. NaN where a needed accuracy is
@@ -470,7 +480,11 @@ def windowed_extremes(
     x = task_acc[pts, cols]
     # padded layout: L slots of -inf before each task's sequence so no window crosses tasks
     seg_start_padded = np.cumsum(lengths + L) - lengths
-    real = np.concatenate([np.arange(n) + s for n, s in zip(lengths, seg_start_padded, strict=True)]) if len(pts) else pts
+    real = (
+        np.concatenate([np.arange(n) + s for n, s in zip(lengths, seg_start_padded, strict=True)])
+        if len(pts)
+        else pts
+    )
     y = np.full((2, int(np.sum(lengths + L))), -INF)
     y[0, real] = x
     y[1, real] = -x

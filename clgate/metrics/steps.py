@@ -233,10 +233,13 @@ def fwt_lifetime(ctx: MetricContext) -> Outcome:
     Rf = ctx.Rf
     F = Rf.shape[0]
     if ctx.a.meta.get("predict_over") == "seen" and ctx.a.meta.get("future_tasks"):
-        return Outcome(None, reason=(
-            "the model predicted over the seen classes only (meta.predict_over: seen): a future task scores 0 "
-            "by construction, so forward transfer is not measured (evaluate with predict_over: all)"
-        ))
+        return Outcome(
+            None,
+            reason=(
+                "the model predicted over the seen classes only (meta.predict_over: seen): a future task scores 0 "
+                "by construction, so forward transfer is not measured (evaluate with predict_over: all)"
+            ),
+        )
     upper = np.triu(np.ones((F, F), dtype=bool), 1)
     holes = np.argwhere(upper & np.isnan(Rf))
     if len(holes):

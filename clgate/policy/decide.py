@@ -73,8 +73,12 @@ def worst_moment(runs: Sequence[MetricsResult]) -> WorstMoment | None:
             continue
         if best is None or ev["value"] < best.accuracy:
             best = WorstMoment(
-                class_id=ev["class"], class_name=ev["class_name"], task=ev["task"], accuracy=ev["value"],
-                iteration=ev.get("iteration"), seed=run.meta.get("seed", i),
+                class_id=ev["class"],
+                class_name=ev["class_name"],
+                task=ev["task"],
+                accuracy=ev["value"],
+                iteration=ev.get("iteration"),
+                seed=run.meta.get("seed", i),
             )
     return best
 
@@ -154,17 +158,23 @@ def completeness(
     diverged: list[str] = []
     named = [(log, _who(log, i)) for i, log in enumerate(runs)]
     if baseline is not None:
-        named.append((baseline, "baseline" + (f" (seed {baseline.meta['seed']})" if "seed" in baseline.meta else "")))
+        named.append(
+            (baseline, "baseline" + (f" (seed {baseline.meta['seed']})" if "seed" in baseline.meta else ""))
+        )
     for log, who in named:
         if log.finished_tasks < log.n_tasks:
             incomplete.append(f"{who}: {log.finished_tasks} of {log.n_tasks} tasks finished")
         if log.diverged is not None:
             d = log.diverged
-            diverged.append(f"{who}: training diverged at task {d.task}, iteration {d.iteration} ({d.reason})")
+            diverged.append(
+                f"{who}: training diverged at task {d.task}, iteration {d.iteration} ({d.reason})"
+            )
     return incomplete, diverged
 
 
-def selection_problems(runs: Sequence[EvaluationLog], baseline: EvaluationLog | None) -> tuple[list[str], str | None]:
+def selection_problems(
+    runs: Sequence[EvaluationLog], baseline: EvaluationLog | None
+) -> tuple[list[str], str | None]:
     """Runs or a baseline evaluated on different test samples cannot be compared.
 
     Returns (errors between the runs of one job, the baseline problem). Logs without a recorded
@@ -254,14 +264,23 @@ def evaluate(
     if metrics is None:
         results = [
             RuleResult(
-                index=i, id=_label(policy, i), kind=rule.kind, severity=rule.severity,
-                status="error", message="not evaluated: the logs are invalid",
+                index=i,
+                id=_label(policy, i),
+                kind=rule.kind,
+                severity=rule.severity,
+                status="error",
+                message="not evaluated: the logs are invalid",
             )
             for i, rule in enumerate(policy.rules)
         ]
         verdict = verdict_of(results, errors)
-        decision = Decision(verdict=verdict, summary=_summary(verdict, results, errors), rules=results,
-                            errors=errors, **common)
+        decision = Decision(
+            verdict=verdict,
+            summary=_summary(verdict, results, errors),
+            rules=results,
+            errors=errors,
+            **common,
+        )
         return GateResult(decision, None, None)
 
     sheet, sheet_problems = worksheet_for(policy, metrics.runs)

@@ -68,8 +68,6 @@ def _seed(result: MetricsResult, run: int) -> Any:
     return result.meta.get("seed", run)
 
 
-
-
 def _task_evidence(result: MetricsResult, metric: str, pos: int | None) -> Any:
     ev = result.evidence.get(metric)
     if ev is None:
@@ -182,8 +180,10 @@ def _cells(runs: Sequence[MetricsResult], metric: str) -> _Cells:
         for k in range(width):
             if _unfinished(r) and (not per_task or k >= r.finished_tasks):
                 row[k] = None
-                missing[(i, k)] = "not finished" if per_task else (
-                    f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)"
+                missing[(i, k)] = (
+                    "not finished"
+                    if per_task
+                    else (f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)")
                 )
         grid.append(row)
     for k in range(width):
@@ -284,9 +284,15 @@ def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
     if len(sides) == 2:  # two-sided: each side judged on its own worst run, both named
         for s, (sm, sk, sv, srun) in results.items():
             evidence[s] = {
-                "value": sv, "margin": sm, "threshold": getattr(rule, s),
+                "value": sv,
+                "margin": sm,
+                "threshold": getattr(rule, s),
                 **({"task": sk + 1} if cells.per_task else {}),
-                **({"seed": _seed(runs[srun], srun), "run": srun} if srun is not None else {"over_runs": "mean"}),
+                **(
+                    {"seed": _seed(runs[srun], srun), "run": srun}
+                    if srun is not None
+                    else {"over_runs": "mean"}
+                ),
             }
     if at == "all":
         evidence["failing_tasks"] = sorted(failing_tasks)
@@ -387,7 +393,9 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
                 _class_value(r.classes[c], rule.at, "point")[0] is not None for r in runs
             ):
                 raise RuleError(f"class {stats.name!r}: wilson95 needs correct/total counts in the log")
-            raise RuleError(f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)")
+            raise RuleError(
+                f"class {stats.name!r}: {rule.at} accuracy is unknown (task {stats.task} not reached)"
+            )
         known = [v for v, _ in vals if v is not None]  # all of them: a None raised above
         if rule.over_runs == "mean":
             rows.append((sum(known) / len(known), c, None, None))
@@ -395,8 +403,11 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
             j = min(range(len(known)), key=lambda i: (known[i], i))
             rows.append((known[j], c, j, vals[j][1]))
     missing = [
-        {"seed": _seed(runs[i], i), "run": i,
-         "why": f"partial run ({runs[i].finished_tasks} of {runs[i].n_tasks} tasks finished)"}
+        {
+            "seed": _seed(runs[i], i),
+            "run": i,
+            "why": f"partial run ({runs[i].finished_tasks} of {runs[i].n_tasks} tasks finished)",
+        }
         for i in sorted(lacking)
     ]
     if missing and not any(r[0] - rule.floor < -TOLERANCE for r in rows):
@@ -444,7 +455,10 @@ def _judge_class(rule: ClassRule, runs: Sequence[MetricsResult]) -> _Judged:
 
 
 def _judge_baseline(
-    rule: BaselineRule, runs: Sequence[MetricsResult], base: MetricsResult | None, higher_is_better: bool | None
+    rule: BaselineRule,
+    runs: Sequence[MetricsResult],
+    base: MetricsResult | None,
+    higher_is_better: bool | None,
 ) -> _Judged:
     if base is None:
         raise RuleError("needs a baseline run (--baseline LOG)")
@@ -519,15 +533,22 @@ def _judge_baseline(
 def _require_complete(runs: Sequence[MetricsResult], baseline: MetricsResult | None) -> None:
     """Baseline and FMECA rules judge final values: every run (and the baseline) must be complete."""
     missing = [
-        {"seed": _seed(r, i), "run": i, "why": f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)"}
+        {
+            "seed": _seed(r, i),
+            "run": i,
+            "why": f"partial run ({r.finished_tasks} of {r.n_tasks} tasks finished)",
+        }
         for i, r in enumerate(runs)
         if _unfinished(r)
     ]
     if baseline is not None and _unfinished(baseline):
-        missing.append({
-            "seed": f"{_seed(baseline, 0)} (baseline)", "run": None,
-            "why": f"partial run ({baseline.finished_tasks} of {baseline.n_tasks} tasks finished)",
-        })
+        missing.append(
+            {
+                "seed": f"{_seed(baseline, 0)} (baseline)",
+                "run": None,
+                "why": f"partial run ({baseline.finished_tasks} of {baseline.n_tasks} tasks finished)",
+            }
+        )
     if missing:
         raise IncompleteInput(missing)
 
@@ -545,9 +566,15 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
         hits = [r for r in rated if PRIORITY_RANK[getattr(r, f"priority_{occ}")] >= floor_rank]
         evidence: dict[str, Any] = {
             "modes": [
-                {"class": r.class_id, "class_name": r.class_name, "S": r.severity,
-                 "O": getattr(r, f"occurrence_{occ}"), "D": r.detection,
-                 "rpn": getattr(r, f"rpn_{occ}"), "priority": getattr(r, f"priority_{occ}")}
+                {
+                    "class": r.class_id,
+                    "class_name": r.class_name,
+                    "S": r.severity,
+                    "O": getattr(r, f"occurrence_{occ}"),
+                    "D": r.detection,
+                    "rpn": getattr(r, f"rpn_{occ}"),
+                    "priority": getattr(r, f"priority_{occ}"),
+                }
                 for r in hits[:10]
             ],
             "occurrence": occ,
@@ -568,8 +595,12 @@ def _judge_fmeca(rule: FmecaRule, sheet: FmecaWorksheet) -> _Judged:
     rpn = getattr(top, f"rpn_{occ}")
     over = [r for r in rated if getattr(r, f"rpn_{occ}") >= rule.limit]
     evidence = {
-        "class": top.class_id, "class_name": top.class_name, "S": top.severity,
-        "O": getattr(top, f"occurrence_{occ}"), "D": top.detection, "occurrence": occ,
+        "class": top.class_id,
+        "class_name": top.class_name,
+        "S": top.severity,
+        "O": getattr(top, f"occurrence_{occ}"),
+        "D": top.detection,
+        "occurrence": occ,
         "modes_at_or_over_limit": len(over),
     }
     message = (
@@ -622,7 +653,9 @@ def evaluate_rules(
                 _require_complete(runs, None)
                 judged = _judge_fmeca(rule, worksheet)
         except RuleError as exc:
-            extra: dict[str, Any] = {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
+            extra: dict[str, Any] = (
+                {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
+            )
             results.append(
                 RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}", **extra)
             )

@@ -65,7 +65,9 @@ def registry_problems(policy: PolicySchema) -> list[str]:
             problems.append(f"{where}.{field}: unknown metric id {metric!r}{_suggest(metric, choices)}")
             continue
         if info.shape == "scalar" and rule.at != "final":
-            problems.append(f"{where}.at: {metric} is a scalar; 'at: {rule.at}' applies to per-task metrics only")
+            problems.append(
+                f"{where}.at: {metric} is a scalar; 'at: {rule.at}' applies to per-task metrics only"
+            )
         if isinstance(rule, MetricRule):
             if rule.bound == "wilson95" and metric not in LCB_METRICS:
                 problems.append(

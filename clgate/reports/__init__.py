@@ -153,14 +153,22 @@ def fmeca_note(decision: Decision) -> str | None:
         names = ", ".join(repr(r.class_name) for r in high[:5]) + (" …" if len(high) > 5 else "")
         rules = [r for r in decision.rules if r.kind == "fmeca"]
         if not rules:
-            why = ("this policy has no FMECA rule: the worksheet ranks the risks for review, "
-                   "the rules decide the release")
+            why = (
+                "this policy has no FMECA rule: the worksheet ranks the risks for review, "
+                "the rules decide the release"
+            )
         elif any(r.status == "warn" for r in rules):
-            why = "the policy's FMECA rule(s) " + ", ".join(repr(r.id) for r in rules if r.status == "warn") + (
-                " found them but only warn (severity: warn)")
+            why = (
+                "the policy's FMECA rule(s) "
+                + ", ".join(repr(r.id) for r in rules if r.status == "warn")
+                + (" found them but only warn (severity: warn)")
+            )
         else:
-            why = "the policy's FMECA rule(s) " + ", ".join(f"{r.id!r} ({r.status})" for r in rules) + (
-                " judge another occurrence (final/worst) or priority level")
+            why = (
+                "the policy's FMECA rule(s) "
+                + ", ".join(f"{r.id!r} ({r.status})" for r in rules)
+                + (" judge another occurrence (final/worst) or priority level")
+            )
         parts.append(
             f"{decision.verdict} with {len(high)} High-priority failure mode(s) ({names}; worst error after "
             f"learned): {why}."
@@ -203,7 +211,9 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
         "",
         f"Policy **{md_text(d.policy_name)}** v{md_text(d.policy_version)} · {d.runs} run(s)"
         + (f" · strategy {md_text(d.strategy)}" if d.strategy else "")
-        + (f" · seeds {md_text(', '.join(map(str, d.seeds)))}" if any(s is not None for s in d.seeds) else ""),
+        + (
+            f" · seeds {md_text(', '.join(map(str, d.seeds)))}" if any(s is not None for s in d.seeds) else ""
+        ),
         "",
     ]
     if report_url:
@@ -242,8 +252,10 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
         shown = rows[:max_fmeca_rows]
         lines += [
             "",
-            (f"**FMECA** ({len(rows)} failure modes, top {len(shown)} shown), action priority by "
-             f"{fmeca_counts(d.fmeca)}"),
+            (
+                f"**FMECA** ({len(rows)} failure modes, top {len(shown)} shown), action priority by "
+                f"{fmeca_counts(d.fmeca)}"
+            ),
         ]
         note = fmeca_note(d)
         if note:
@@ -254,10 +266,13 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
             "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
         ]
         for i, row in enumerate(shown, start=1):
-            at = ", ".join(
-                ([f"iteration {row.worst_iteration}"] if row.worst_iteration is not None else [])
-                + ([f"seed {row.seed}"] if row.seed is not None and d.runs > 1 else [])
-            ) or "—"
+            at = (
+                ", ".join(
+                    ([f"iteration {row.worst_iteration}"] if row.worst_iteration is not None else [])
+                    + ([f"seed {row.seed}"] if row.seed is not None and d.runs > 1 else [])
+                )
+                or "—"
+            )
             lines.append(
                 f"| {i} | {md_text(row.class_name)} | {row.task} | {fmt(row.severity)} | {pct(row.final_error)} "
                 f"| {pct(row.worst_error)} | {md_text(at)} | {row.occurrence_worst} | {row.detection} "
@@ -304,11 +319,26 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
     skipped = sum(r.status == "warn" for r in d.rules)
     tests = len(d.rules) + (1 if d.errors else 0)
     total_time = f"{max(time_s, 0.0):.3f}"
-    suites = ET.Element("testsuites", name="clgate gate", tests=str(tests), failures=str(failures),
-                        errors=str(errors), skipped=str(skipped), time=total_time)
-    suite = ET.SubElement(suites, "testsuite", name=f"clgate gate: {d.policy_name}",
-                          tests=str(tests), failures=str(failures), errors=str(errors), skipped=str(skipped),
-                          time=total_time, timestamp=_junit_timestamp(timestamp))
+    suites = ET.Element(
+        "testsuites",
+        name="clgate gate",
+        tests=str(tests),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=total_time,
+    )
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name=f"clgate gate: {d.policy_name}",
+        tests=str(tests),
+        failures=str(failures),
+        errors=str(errors),
+        skipped=str(skipped),
+        time=total_time,
+        timestamp=_junit_timestamp(timestamp),
+    )
     props = ET.SubElement(suite, "properties")
     for name, value in (
         ("verdict", d.verdict),
@@ -326,7 +356,9 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
         err = ET.SubElement(case, "error", message=d.errors[0], type="ERROR")
         err.text = "\n".join(d.errors)
     for r in d.rules:
-        case = ET.SubElement(suite, "testcase", classname=classname, name=f"rules[{r.index}] {r.id}", time="0")
+        case = ET.SubElement(
+            suite, "testcase", classname=classname, name=f"rules[{r.index}] {r.id}", time="0"
+        )
         detail = (
             f"{r.message}\nvalue={fmt(r.value)} threshold={threshold_text(r)} margin={fmt(r.margin)} "
             f"severity={r.severity}\nevidence: {json.dumps(r.evidence, sort_keys=True, default=str)}"
@@ -349,10 +381,20 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
 
 def render_input_error_junit(message: str) -> str:
     """JUnit XML for inputs that could not be judged (bad policy, bad log): one test case in error."""
-    suites = ET.Element("testsuites", name="clgate gate", tests="1", failures="0", errors="1", skipped="0",
-                        time="0.000")
-    suite = ET.SubElement(suites, "testsuite", name="clgate gate", tests="1", failures="0", errors="1",
-                          skipped="0", time="0.000", timestamp=_junit_timestamp(None))
+    suites = ET.Element(
+        "testsuites", name="clgate gate", tests="1", failures="0", errors="1", skipped="0", time="0.000"
+    )
+    suite = ET.SubElement(
+        suites,
+        "testsuite",
+        name="clgate gate",
+        tests="1",
+        failures="0",
+        errors="1",
+        skipped="0",
+        time="0.000",
+        timestamp=_junit_timestamp(None),
+    )
     case = ET.SubElement(suite, "testcase", classname="clgate.gate", name="inputs", time="0")
     first = message.splitlines()[0] if message else "invalid input"
     err = ET.SubElement(case, "error", message=first, type="ERROR")
@@ -364,14 +406,30 @@ def render_input_error_junit(message: str) -> str:
 def render_input_error_markdown(message: str) -> str:
     """The Markdown summary for inputs that could not be judged."""
     longest = max((len(run) for run in re.findall(r"`+", message)), default=0)
-    fence = "`" * max(3, longest + 1)  # a fence longer than any backtick run in the message: it cannot close early
+    fence = "`" * max(
+        3, longest + 1
+    )  # a fence longer than any backtick run in the message: it cannot close early
     return f"## {_VERDICT_ICON['ERROR']} clgate gate: ERROR (invalid input)\n\n{fence}\n{message}\n{fence}\n"
 
 
 FMECA_COLUMNS = [
-    "rank", "class_id", "class_name", "task", "failure_mode", "S", "O_final", "O_worst", "D",
-    "RPN_final", "RPN_worst", "priority_final", "priority_worst", "final_error", "worst_error",
-    "worst_iteration", "seed",
+    "rank",
+    "class_id",
+    "class_name",
+    "task",
+    "failure_mode",
+    "S",
+    "O_final",
+    "O_worst",
+    "D",
+    "RPN_final",
+    "RPN_worst",
+    "priority_final",
+    "priority_worst",
+    "final_error",
+    "worst_error",
+    "worst_iteration",
+    "seed",
 ]
 
 
@@ -401,16 +459,30 @@ def fmeca_csv(sheet: FmecaWorksheet | None) -> str:
     w = csv.writer(buf, lineterminator="\r\n")  # RFC 4180; a CR inside a cell is then quoted too
     w.writerow(FMECA_COLUMNS)
     for i, r in enumerate(sheet.rows if sheet else [], start=1):
-        w.writerow([csv_safe(cell) for cell in [
-            i, r.class_id, r.class_name, r.task, r.mode, "" if r.severity is None else r.severity,
-            r.occurrence_final, r.occurrence_worst, r.detection,
-            "" if r.rpn_final is None else r.rpn_final, "" if r.rpn_worst is None else r.rpn_worst,
-            _priority(r.priority_final), _priority(r.priority_worst),
-            "" if r.final_error is None else f"{r.final_error:.6g}",
-            "" if r.worst_error is None else f"{r.worst_error:.6g}",
-            "" if r.worst_iteration is None else r.worst_iteration,
-            "" if r.seed is None else r.seed,
-        ]])
+        w.writerow(
+            [
+                csv_safe(cell)
+                for cell in [
+                    i,
+                    r.class_id,
+                    r.class_name,
+                    r.task,
+                    r.mode,
+                    "" if r.severity is None else r.severity,
+                    r.occurrence_final,
+                    r.occurrence_worst,
+                    r.detection,
+                    "" if r.rpn_final is None else r.rpn_final,
+                    "" if r.rpn_worst is None else r.rpn_worst,
+                    _priority(r.priority_final),
+                    _priority(r.priority_worst),
+                    "" if r.final_error is None else f"{r.final_error:.6g}",
+                    "" if r.worst_error is None else f"{r.worst_error:.6g}",
+                    "" if r.worst_iteration is None else r.worst_iteration,
+                    "" if r.seed is None else r.seed,
+                ]
+            ]
+        )
     return buf.getvalue()
 
 
@@ -471,8 +543,10 @@ def render_html(
             figs["heatmap"] = figures.class_heatmap(arrays[j], seed=seeds[j], worst=w)
             figs["stability_gap"] = figures.stability_gap(arrays[0], seed=logs[0].meta.get("seed"))
             if not arrays[0].continual:
-                notes.append("The log was evaluated at task ends only: the stability gap between task "
-                             "ends is not visible.")
+                notes.append(
+                    "The log was evaluated at task ends only: the stability gap between task "
+                    "ends is not visible."
+                )
     else:
         notes.append("No metrics: the inputs were invalid, figures are omitted.")
 
@@ -487,8 +561,12 @@ def render_html(
     env.filters["pct"] = pct
     env.filters["css_string"] = css_string
     env.globals.update(
-        evidence_text=evidence_text, threshold_text=threshold_text, icon=_ICON,
-        verdict_icon=_VERDICT_ICON, matrix_color=_matrix_color, fmeca_counts=fmeca_counts,
+        evidence_text=evidence_text,
+        threshold_text=threshold_text,
+        icon=_ICON,
+        verdict_icon=_VERDICT_ICON,
+        matrix_color=_matrix_color,
+        fmeca_counts=fmeca_counts,
     )
     template = env.get_template("report.html.j2")
     when = (generated_at or datetime.now(UTC)).astimezone(UTC)
@@ -499,8 +577,10 @@ def render_html(
         policy=policy,
         model=model_label(decision, logs),
         date=when.strftime("%Y-%m-%d %H:%M UTC"),
-        page_header=(f"{model_label(decision, logs)} · {decision.verdict} · policy {decision.policy_name} "
-                     f"v{decision.policy_version} · {when.strftime('%Y-%m-%d %H:%M UTC')}"),
+        page_header=(
+            f"{model_label(decision, logs)} · {decision.verdict} · policy {decision.policy_name} "
+            f"v{decision.policy_version} · {when.strftime('%Y-%m-%d %H:%M UTC')}"
+        ),
         worst_moment=worst_moment_text(decision),
         fmeca_note=fmeca_note(decision),
         provenance_json=json.dumps(decision.provenance, indent=2, sort_keys=True, default=str),
@@ -554,10 +634,20 @@ def write_pdf(html_path: Path, pdf_path: Path | None = None, *, timeout_s: float
         # Chromium refuses to run as root with its sandbox (containers); elsewhere the sandbox stays on
         no_sandbox = ["--no-sandbox"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
         cmd = [
-            chromium, "--headless", *no_sandbox, "--disable-gpu", "--disable-dev-shm-usage",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--no-first-run", f"--user-data-dir={profile}", "--no-pdf-header-footer",
-            "--run-all-compositor-stages-before-draw", f"--print-to-pdf={tmp}", html_path.as_uri(),
+            chromium,
+            "--headless",
+            *no_sandbox,
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--no-pdf-header-footer",
+            "--run-all-compositor-stages-before-draw",
+            f"--print-to-pdf={tmp}",
+            html_path.as_uri(),
         ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -16,8 +16,18 @@ from typing import Any
 
 import numpy as np
 
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]
+_COLORS = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 
 
 _WIDTH = 10.0
@@ -72,8 +82,11 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
     x = np.arange(1, k + 1)
     fig = _figure()
     ax = fig.subplots()
-    for metric, color, label, style in (("acc", _COLORS[0], "ACC", "-"), ("mica", _COLORS[1], "MICA", "-"),
-                                        ("mica_old", _COLORS[3], "MICA (old classes)", "--")):
+    for metric, color, label, style in (
+        ("acc", _COLORS[0], "ACC", "-"),
+        ("mica", _COLORS[1], "MICA", "-"),
+        ("mica_old", _COLORS[3], "MICA (old classes)", "--"),
+    ):
         series = np.array([_per_task(r.metrics.get(metric), k) for r in runs])
         if np.all(np.isnan(series)):
             continue
@@ -81,8 +94,16 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
             for s in series:
                 ax.plot(x, s, color=color, alpha=0.25, linewidth=1)
         mean = _nanmean(series) if len(runs) > 1 else series[0]
-        ax.plot(x, mean, marker="o", color=color, linewidth=2 if style == "-" else 1.2, linestyle=style,
-                label=label, gid=f"line-{metric}")
+        ax.plot(
+            x,
+            mean,
+            marker="o",
+            color=color,
+            linewidth=2 if style == "-" else 1.2,
+            linestyle=style,
+            label=label,
+            gid=f"line-{metric}",
+        )
     ax.set_xlabel("task k")
     ax.set_ylabel("accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -109,8 +130,13 @@ def class_boxplots(arrays: Sequence[Any], title: str = "") -> str:
     fig = _figure()
     ax = fig.subplots()
     positions = [i + 1 for i, d in enumerate(data) if d]
-    ax.boxplot([d for d in data if d], positions=positions, widths=0.5, showmeans=True,
-               meanprops={"marker": "^", "markerfacecolor": _COLORS[0], "markeredgecolor": _COLORS[0]})
+    ax.boxplot(
+        [d for d in data if d],
+        positions=positions,
+        widths=0.5,
+        showmeans=True,
+        meanprops={"marker": "^", "markerfacecolor": _COLORS[0], "markeredgecolor": _COLORS[0]},
+    )
     for pos, d in zip(positions, [d for d in data if d]):
         jitter = np.linspace(-0.12, 0.12, len(d)) if len(d) > 1 else np.zeros(1)
         ax.scatter(pos + jitter, d, s=8, color=_COLORS[7], alpha=0.6, zorder=3)
@@ -139,16 +165,31 @@ def stability_gap(a: Any, seed: Any = None) -> str:
         ax.plot(it, y, color=color, linewidth=1.4, label=f"task {j + 1}", gid=f"task-curve-{j + 1}")
         if j < a.finished_tasks:
             e = int(a.task_end_idx[j])
-            after = y[e + 1:]
+            after = y[e + 1 :]
             if after.size and not np.all(np.isnan(after)):
                 m = e + 1 + int(np.nanargmin(after))
-                ax.plot([it[m]], [y[m]], marker="v", markersize=8, color=color, markeredgecolor="black",
-                        linestyle="none", gid=f"min-acc-{j + 1}")
+                ax.plot(
+                    [it[m]],
+                    [y[m]],
+                    marker="v",
+                    markersize=8,
+                    color=color,
+                    markeredgecolor="black",
+                    linestyle="none",
+                    gid=f"min-acc-{j + 1}",
+                )
                 if a.n_tasks <= 10:  # beyond that the labels pile up; the markers stay
                     # above the marker near the axis, below it elsewhere: never on the x axis
                     dy = 8 if y[m] < 0.15 else -12
-                    ax.annotate(f"min {100 * y[m]:.0f} %", (it[m], y[m]), textcoords="offset points",
-                                xytext=(5, dy), fontsize=_FONT - 1, color=color, annotation_clip=False)
+                    ax.annotate(
+                        f"min {100 * y[m]:.0f} %",
+                        (it[m], y[m]),
+                        textcoords="offset points",
+                        xytext=(5, dy),
+                        fontsize=_FONT - 1,
+                        color=color,
+                        annotation_clip=False,
+                    )
     for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
         ax.axvline(a.iterations[int(e)], color="black", linestyle="--", linewidth=0.8, alpha=0.6)
     ax.set_xlabel("iteration (dashed: task boundaries; ▼ lowest accuracy after the task was learned)")
@@ -158,7 +199,9 @@ def stability_gap(a: Any, seed: Any = None) -> str:
     if a.n_tasks <= 20:
         _legend_outside(ax, ncol=1 if a.n_tasks <= 10 else 2)
     s = f", seed {seed}" if seed is not None else ""
-    ax.set_title(f"Per-iteration task accuracy: the stability gap (as De Lange et al. fig. 2){s}", fontsize=10)
+    ax.set_title(
+        f"Per-iteration task accuracy: the stability gap (as De Lange et al. fig. 2){s}", fontsize=10
+    )
     return _svg(fig)
 
 
@@ -202,10 +245,19 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
     C = len(order)
     fig = _figure(_WIDTH, min(9.0, 1.6 + 0.24 * C))
     ax = fig.subplots()
-    cmap = LinearSegmentedColormap.from_list("clgate", ["#b2182b", "#f4a582", "#fddbc7", "#d1e5f0", "#2166ac"])
+    cmap = LinearSegmentedColormap.from_list(
+        "clgate", ["#b2182b", "#f4a582", "#fddbc7", "#d1e5f0", "#2166ac"]
+    )
     cmap = cmap.with_extremes(bad="#e0e0e0")
-    im = ax.imshow(np.ma.masked_invalid(acc), aspect="auto", cmap=cmap, vmin=0.0, vmax=1.0,
-                   interpolation="nearest", extent=(-0.5, n_points - 0.5, C - 0.5, -0.5))
+    im = ax.imshow(
+        np.ma.masked_invalid(acc),
+        aspect="auto",
+        cmap=cmap,
+        vmin=0.0,
+        vmax=1.0,
+        interpolation="nearest",
+        extent=(-0.5, n_points - 0.5, C - 0.5, -0.5),
+    )
     im.set_gid("class-heatmap")
     for e in a.task_end_idx[:-1] if len(a.task_end_idx) else []:
         ax.axvline(int(e) + 0.5, color="black", linewidth=1.0, gid="task-boundary")
@@ -214,8 +266,9 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
         ax.axhline(edge - 0.5, color="black", linewidth=0.6, alpha=0.6)
     step = max(1, C // 25)
     ax.set_yticks(range(0, C, step))
-    ax.set_yticklabels([f"{a.class_names[c]} (t{int(a.class_task[c]) + 1})" for c in order[::step]],
-                       fontsize=_FONT - 1)
+    ax.set_yticklabels(
+        [f"{a.class_names[c]} (t{int(a.class_task[c]) + 1})" for c in order[::step]], fontsize=_FONT - 1
+    )
     ends = [int(e) for e in a.task_end_idx]
     ax.set_xticks(ends)
     ax.set_xticklabels([str(int(a.iterations[e])) for e in ends], fontsize=_FONT - 1)
@@ -225,10 +278,21 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
         hits = np.flatnonzero(a.iterations[:n_points] == worst.iteration)
         rows = np.flatnonzero(order == worst.class_id)
         if hits.size and rows.size:
-            ax.plot([hits[0]], [rows[0]], marker="o", markersize=11, markerfacecolor="none",
-                    markeredgecolor="black", markeredgewidth=2, linestyle="none", gid="worst-moment")
-            ax.set_xlabel(ax.get_xlabel() + f"\n○ worst moment: class {worst.class_name}, "
-                          f"iteration {worst.iteration}, {100 * worst.accuracy:.1f} %")
+            ax.plot(
+                [hits[0]],
+                [rows[0]],
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                markeredgewidth=2,
+                linestyle="none",
+                gid="worst-moment",
+            )
+            ax.set_xlabel(
+                ax.get_xlabel() + f"\n○ worst moment: class {worst.class_name}, "
+                f"iteration {worst.iteration}, {100 * worst.accuracy:.1f} %"
+            )
     cbar = fig.colorbar(im, ax=ax, location="right", fraction=0.04, pad=0.02)
     cbar.set_label("class accuracy", fontsize=_FONT)
     s = f", seed {seed}" if seed is not None else ""

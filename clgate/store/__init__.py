@@ -41,10 +41,16 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
     url = settings.resolved_database_url()
     if migrate:
         upgrade(url)
-    engine = make_engine(url, pool_size=settings.db_pool_size, pool_timeout_s=settings.db_pool_timeout_s,
-                         busy_timeout_s=settings.db_busy_timeout_s)
+    engine = make_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        pool_timeout_s=settings.db_pool_timeout_s,
+        busy_timeout_s=settings.db_busy_timeout_s,
+    )
     sessions = make_sessionmaker(engine)
-    return Store(settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)))
+    return Store(
+        settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions))
+    )
 
 
 def _auditor(sessions: sessionmaker[Session]):
@@ -53,8 +59,15 @@ def _auditor(sessions: sessionmaker[Session]):
 
     def record(corruption) -> None:
         with session_scope(sessions) as s:
-            audit(s, "system:store", "artifact.quarantined", "artifact", corruption.expected,
-                  actual_sha256=corruption.actual, quarantined_as=corruption.quarantined_as)
+            audit(
+                s,
+                "system:store",
+                "artifact.quarantined",
+                "artifact",
+                corruption.expected,
+                actual_sha256=corruption.actual,
+                quarantined_as=corruption.quarantined_as,
+            )
 
     return record
 

@@ -75,8 +75,10 @@ class ArtifactCorrupt(ArtifactNotFound):
         self.corruption = corruption
 
     def __str__(self) -> str:
-        return (f"stored artifact sha256:{self.corruption.expected} does not match its content "
-                f"(sha256:{self.corruption.actual}); quarantined, not served")
+        return (
+            f"stored artifact sha256:{self.corruption.expected} does not match its content "
+            f"(sha256:{self.corruption.actual}); quarantined, not served"
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +174,12 @@ class ArtifactStore:
         except OSError:  # cannot move it (read-only volume …): at least never serve it
             log.exception("could not quarantine %s", path)
         corruption = Corruption(expected, actual, str(target.relative_to(self.root)))
-        log.error("artifact sha256:%s holds content sha256:%s: quarantined as %s", expected, actual,
-                  corruption.quarantined_as)
+        log.error(
+            "artifact sha256:%s holds content sha256:%s: quarantined as %s",
+            expected,
+            actual,
+            corruption.quarantined_as,
+        )
         if self.on_corrupt is not None:
             try:
                 self.on_corrupt(corruption)

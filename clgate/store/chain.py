@@ -83,9 +83,7 @@ def canonical(value: Any) -> str:
     >>> canonical({"b": 1, "a": [dt.datetime(2026, 1, 1, tzinfo=dt.UTC)]})
     '{"a":["2026-01-01T00:00:00.000000+00:00"],"b":1}'
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
-    )
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default)
 
 
 def _default(value: Any) -> Any:
@@ -163,9 +161,7 @@ def _chain_new_records(session: Session, flush_context, instances) -> None:
             _fill_defaults(session, obj)
             at = getattr(obj, time_column)
             if at is None:
-                at = (
-                    max(utcnow(), last_at) if last_at else utcnow()
-                )  # monotone across skewed clocks
+                at = max(utcnow(), last_at) if last_at else utcnow()  # monotone across skewed clocks
             elif last_at is not None and utc(at) < last_at:
                 raise BackdatedRecord(
                     f"{chain}: a record dated {utc(at).isoformat()} would precede the chain's "
@@ -181,9 +177,7 @@ def _chain_new_records(session: Session, flush_context, instances) -> None:
             )
             last_at = utc(getattr(obj, time_column))
         session.connection().execute(
-            update(ChainHead)
-            .where(ChainHead.chain == chain)
-            .values(seq=seq, record_hash=prev, at=last_at)
+            update(ChainHead).where(ChainHead.chain == chain).values(seq=seq, record_hash=prev, at=last_at)
         )
 
 
@@ -233,9 +227,7 @@ class ChainReport:
 
 def _rows(session: Session, chain: str) -> Iterator[Any]:
     cls, _, _ = CHAINS[chain]
-    yield from session.execute(
-        select(cls).order_by(cls.seq).execution_options(yield_per=500)
-    ).scalars()
+    yield from session.execute(select(cls).order_by(cls.seq).execution_options(yield_per=500)).scalars()
 
 
 def verify_chain(session: Session, chain: str) -> ChainReport:
@@ -249,9 +241,7 @@ def verify_chain(session: Session, chain: str) -> ChainReport:
         content = {c: _normalised(getattr(obj, c)) for c in columns}
         at = content[time_column]
         if obj.seq != expected_seq:
-            broken = Break(
-                chain, expected_seq, None, f"missing (the next record is seq {obj.seq}): deleted?"
-            )
+            broken = Break(chain, expected_seq, None, f"missing (the next record is seq {obj.seq}): deleted?")
         elif obj.prev_hash != prev:
             broken = Break(
                 chain, obj.seq, key, "does not link to the record before it (inserted or replaced?)"
@@ -263,8 +253,7 @@ def verify_chain(session: Session, chain: str) -> ChainReport:
                 chain,
                 obj.seq,
                 key,
-                f"dated {at.isoformat()}, before the record preceding it "
-                f"({last_at.isoformat()}): backdated?",
+                f"dated {at.isoformat()}, before the record preceding it ({last_at.isoformat()}): backdated?",
             )
         if broken is not None:
             break
@@ -281,9 +270,7 @@ def verify_chain(session: Session, chain: str) -> ChainReport:
                 f"the chain ends at seq {expected_seq - 1} but its head is seq "
                 f"{head.seq}: records after seq {expected_seq - 1} deleted?",
             )
-    return ChainReport(
-        chain, n, head.seq if head else 0, head.record_hash if head else GENESIS, broken
-    )
+    return ChainReport(chain, n, head.seq if head else 0, head.record_hash if head else GENESIS, broken)
 
 
 def verify(session: Session) -> list[ChainReport]:

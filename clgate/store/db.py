@@ -32,10 +32,18 @@ def make_engine(
         path = url.split("///", 1)[1] if "///" in url else ""
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        pool = {} if path in ("", ":memory:") else {
-            "pool_size": pool_size, "max_overflow": 0, "pool_timeout": pool_timeout_s,
-        }
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}, **pool)
+        pool = (
+            {}
+            if path in ("", ":memory:")
+            else {
+                "pool_size": pool_size,
+                "max_overflow": 0,
+                "pool_timeout": pool_timeout_s,
+            }
+        )
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s}, **pool
+        )
         busy_ms = int(busy_timeout_s * 1000)
 
         @event.listens_for(engine, "connect")
@@ -44,14 +52,16 @@ def make_engine(
             cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
             try:
                 cursor.execute("PRAGMA journal_mode=WAL")
-            except Exception:  # noqa: BLE001 - a read-only database keeps its mode; writes then fail with 503
+            except Exception:
                 logging.getLogger("clgate.store").warning("SQLite WAL mode not set", exc_info=True)
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout_s)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0, pool_timeout=pool_timeout_s
+    )
 
 
 def pool_status(engine: Engine) -> tuple[int, int]:
@@ -95,7 +105,7 @@ def check_writable(engine: Engine, *, timeout_s: float = 2.0) -> str | None:
                     conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_s * 1000)}"))
                     conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
                     tx.rollback()
-    except Exception as exc:  # noqa: BLE001 - the reason is the answer
+    except Exception as exc:
         return describe_db_error(exc)
     return None
 
@@ -170,7 +180,7 @@ def wait_for_schema(engine: Engine, timeout_s: float = 60.0) -> None:
         try:
             if current_revision(engine) == head:
                 return
-        except Exception:  # noqa: BLE001 - database not reachable yet
+        except Exception:
             pass
         if time.monotonic() > deadline:
             raise RuntimeError(
@@ -181,7 +191,13 @@ def wait_for_schema(engine: Engine, timeout_s: float = 60.0) -> None:
 
 
 def audit(
-    session: Session, actor: str, action: str, subject_type: str, subject_id: str, *, project: str | None = None,
+    session: Session,
+    actor: str,
+    action: str,
+    subject_type: str,
+    subject_id: str,
+    *,
+    project: str | None = None,
     **details: Any,
 ) -> None:
     """Append one audit event (committed with the change it records; hash-chained at flush).
@@ -189,8 +205,14 @@ def audit(
     ``project`` is the project of the subject; for a job it is looked up when not given.
     """
     session.add(
-        AuditEvent(actor=actor, action=action, subject_type=subject_type, subject_id=str(subject_id),
-                   details=details, project=project)
+        AuditEvent(
+            actor=actor,
+            action=action,
+            subject_type=subject_type,
+            subject_id=str(subject_id),
+            details=details,
+            project=project,
+        )
     )
 
 
@@ -234,10 +256,14 @@ def grant_app_role(engine: Engine, role: str) -> None:
         raise ValueError(f"role name {role!r}: use lower-case letters, digits and '_'")
     with engine.begin() as conn:
         if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).scalar() is None:
-            raise ValueError(f"role {role!r} does not exist (create it first: CREATE ROLE {role} LOGIN PASSWORD …)")
+            raise ValueError(
+                f"role {role!r} does not exist (create it first: CREATE ROLE {role} LOGIN PASSWORD …)"
+            )
         owner = conn.execute(text("SELECT current_user")).scalar()
         if owner == role:
-            raise ValueError(f"{role!r} is the role running the migrations: the application needs a role of its own")
+            raise ValueError(
+                f"{role!r} is the role running the migrations: the application needs a role of its own"
+            )
         tables = inspect(conn).get_table_names()
         conn.execute(text(f'GRANT USAGE ON SCHEMA public TO "{role}"'))
         for table, privileges in app_role_grants(tables).items():

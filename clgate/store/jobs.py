@@ -7,13 +7,12 @@ same way and every state change leaves an audit event in the same transaction.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import datetime as dt
 
 from sqlalchemy import case, exists, func, or_, select, update
 from sqlalchemy.orm import Session
@@ -21,7 +20,17 @@ from sqlalchemy.orm import Session
 from clgate.store import Store
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import audit, session_scope
-from clgate.store.models import Artifact, Decision, Job, JobFile, JobState, Policy, WorkerHeartbeat, as_utc, utcnow
+from clgate.store.models import (
+    Artifact,
+    Decision,
+    Job,
+    JobFile,
+    JobState,
+    Policy,
+    WorkerHeartbeat,
+    as_utc,
+    utcnow,
+)
 from clgate.store.refs import find_refs
 
 
@@ -144,8 +153,10 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
         losses = job.worker_losses + (1 if job.state == JobState.running.value else 0)
         if losses >= store.settings.max_worker_losses:
             job.worker_losses = losses
-            error = (f"crashed the worker {losses} times (CLGATE_MAX_WORKER_LOSSES={store.settings.max_worker_losses}); "
-                     "not run again")
+            error = (
+                f"crashed the worker {losses} times (CLGATE_MAX_WORKER_LOSSES={store.settings.max_worker_losses}); "
+                "not run again"
+            )
             _finish(s, job, JobState.failed, error=error, actor=actor)
             return JobState.failed.value
         return job.state
@@ -233,7 +244,9 @@ def _register_files(s: Session, artifacts: ArtifactStore, stored: dict[str, str]
     for name, sha in stored.items():
         if s.get(Artifact, sha) is None:
             size = artifacts.path(sha).stat().st_size
-            s.add(Artifact(sha256=sha, size=size, kind="result", filename=Path(name).name, created_by="worker"))
+            s.add(
+                Artifact(sha256=sha, size=size, kind="result", filename=Path(name).name, created_by="worker")
+            )
             s.flush()
         if name not in existing:
             s.add(JobFile(job_id=job_id, name=name, sha256=sha))
@@ -349,9 +362,16 @@ def reap(store: Store, *, actor: str, assume_lost: bool = False) -> Reaped:
     out = Reaped()
     with store.sessions() as s:
         rows = s.execute(
-            select(Job.id, Job.queue, Job.attempts, Job.worker_losses, Job.claimed_at, Job.started_at,
-                   Job.heartbeat_at, Job.worker)
-            .where(Job.state == JobState.running.value)
+            select(
+                Job.id,
+                Job.queue,
+                Job.attempts,
+                Job.worker_losses,
+                Job.claimed_at,
+                Job.started_at,
+                Job.heartbeat_at,
+                Job.worker,
+            ).where(Job.state == JobState.running.value)
         ).all()
     for job_id, queue, attempt, losses, claimed_at, started_at, heartbeat_at, worker in rows:
         claimed = as_utc(claimed_at or started_at)
@@ -359,8 +379,10 @@ def reap(store: Store, *, actor: str, assume_lost: bool = False) -> Reaped:
         running_s = (now - claimed).total_seconds() if claimed else 0.0
         silent_s = (now - last).total_seconds() if last else float("inf")
         past_limit = running_s > settings.job_time_limit_s
-        if past_limit and (silent_s > settings.worker_stale_s
-                           or running_s > settings.job_time_limit_s + settings.worker_stale_s):
+        if past_limit and (
+            silent_s > settings.worker_stale_s
+            or running_s > settings.job_time_limit_s + settings.worker_stale_s
+        ):
             # killed at the limit (silent since), or still not done one stale period after it
             reason = hard_limit_reason(store, running_s)
             if _settle_attempt(store, job_id, attempt, JobState.failed, reason, losses, actor):
@@ -368,12 +390,21 @@ def reap(store: Store, *, actor: str, assume_lost: bool = False) -> Reaped:
         elif not past_limit and (assume_lost or silent_s > settings.worker_stale_s):
             lost = losses + 1
             if lost >= settings.max_worker_losses:
-                reason = (f"crashed the worker {lost} times (last: no heartbeat from {worker} for "
-                          f"{silent_s:.0f} s; CLGATE_MAX_WORKER_LOSSES={settings.max_worker_losses})")
+                reason = (
+                    f"crashed the worker {lost} times (last: no heartbeat from {worker} for "
+                    f"{silent_s:.0f} s; CLGATE_MAX_WORKER_LOSSES={settings.max_worker_losses})"
+                )
                 if _settle_attempt(store, job_id, attempt, JobState.failed, reason, lost, actor):
                     out.failed.append((job_id, reason, worker))
-            elif _settle_attempt(store, job_id, attempt, JobState.queued,
-                                 f"no heartbeat from {worker} for {silent_s:.0f} s", lost, actor):
+            elif _settle_attempt(
+                store,
+                job_id,
+                attempt,
+                JobState.queued,
+                f"no heartbeat from {worker} for {silent_s:.0f} s",
+                lost,
+                actor,
+            ):
                 out.requeued.append((job_id, queue))
     return out
 
@@ -399,7 +430,8 @@ def queued_jobs(store: Store, *, older_than_s: float) -> list[tuple[str, str]]:
     cutoff = utcnow().timestamp() - older_than_s
     with store.sessions() as s:
         rows = s.execute(
-            select(Job.id, Job.queue, Job.created_at).where(Job.state == JobState.queued.value)
+            select(Job.id, Job.queue, Job.created_at)
+            .where(Job.state == JobState.queued.value)
             .order_by(Job.created_at)
         ).all()
     return [(job_id, queue) for job_id, queue, created in rows if as_utc(created).timestamp() <= cutoff]

@@ -34,7 +34,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from clgate.schemas.vocab import JobState
 
-
 DEFAULT_PROJECT = "default"
 PROJECT_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 
@@ -150,7 +149,9 @@ class Job(Base):
     # reliability: a retried submission finds its job; a silent or crashing worker is noticed
     idempotency_key: Mapped[str | None] = mapped_column(String(300), nullable=True)  # "<key id>:<header>"
     request_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    claimed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)  # this attempt
+    claimed_at: Mapped[dt.datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )  # this attempt
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     worker_losses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 

@@ -55,11 +55,13 @@ def check_paths(spec: dict[str, Any]) -> list[str]:
     for group, field in PATH_FIELDS:
         section = spec.get(group)
         if isinstance(section, dict) and isinstance(section.get(field), str):
-            problems.append(f"spec.{group}.{field}: upload the file and refer to it as {{\"artifact\": \"sha256:…\"}}")
+            problems.append(
+                f'spec.{group}.{field}: upload the file and refer to it as {{"artifact": "sha256:…"}}'
+            )
     for i, checkpoint in enumerate(spec.get("checkpoints") or []):
         value = checkpoint.get("path") if isinstance(checkpoint, dict) else checkpoint
         if isinstance(value, str):
             problems.append(
-                f"spec.checkpoints[{i}]: refer to checkpoint files as {{\"path\": {{\"artifact\": \"sha256:…\"}}}}"
+                f'spec.checkpoints[{i}]: refer to checkpoint files as {{"path": {{"artifact": "sha256:…"}}}}'
             )
     return problems

@@ -38,10 +38,12 @@ class Settings(BaseSettings):
         description="Artifact store, job work folders and (by default) the SQLite database.",
     )
     database_url: str | None = Field(
-        None, description="SQLAlchemy URL; default sqlite:///<data_dir>/clgate.db. PostgreSQL: postgresql+psycopg://…"
+        None,
+        description="SQLAlchemy URL; default sqlite:///<data_dir>/clgate.db. PostgreSQL: postgresql+psycopg://…",
     )
     broker_url: str | None = Field(
-        None, description="redis://host:port/db → jobs go to Celery workers; unset → embedded in-process executor."
+        None,
+        description="redis://host:port/db → jobs go to Celery workers; unset → embedded in-process executor.",
     )
     max_upload_bytes: Annotated[int, Field(gt=0)] = 512 * MiB
     embedded_workers: Annotated[int, Field(ge=1, le=64)] = 1
@@ -62,10 +64,12 @@ class Settings(BaseSettings):
         False, description="Run submitted models without a sandbox when none is available (not recommended)."
     )
     sandbox_kill_grace_s: Annotated[float, Field(gt=0, le=3600)] = Field(
-        10.0, description="After a cancel or time limit, seconds a job's child gets to stop before it is killed."
+        10.0,
+        description="After a cancel or time limit, seconds a job's child gets to stop before it is killed.",
     )
     sandbox_memory_bytes: Annotated[int, Field(ge=0)] = Field(
-        8 * 1024 * MiB, description="Address-space limit of a job's child (RLIMIT_AS; RLIMIT_DATA on GPU); 0: none."
+        8 * 1024 * MiB,
+        description="Address-space limit of a job's child (RLIMIT_AS; RLIMIT_DATA on GPU); 0: none.",
     )
     sandbox_max_file_bytes: Annotated[int, Field(gt=0)] = Field(
         256 * MiB, description="Largest file a job's child may write (RLIMIT_FSIZE); also the log size bound."
@@ -80,34 +84,44 @@ class Settings(BaseSettings):
     )
     # ------------------------------------------------------------ reliability (load and faults)
     api_concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
-        32, description="Requests handled at once; more wait in the event loop holding no thread nor connection. "
+        32,
+        description="Requests handled at once; more wait in the event loop holding no thread nor connection. "
         "The database pool and the thread pool are sized from it, so a request never waits for one while "
         "holding the other.",
     )
     db_pool_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     orphan_upload_age_s: Annotated[float, Field(ge=0)] = Field(
-        3600.0, description="At start the API deletes temporary upload files untouched for this long.",
+        3600.0,
+        description="At start the API deletes temporary upload files untouched for this long.",
     )
-    max_json_bytes: Annotated[int, Field(gt=0)] = Field(1 * MiB, description="Largest JSON request body (413).")
+    max_json_bytes: Annotated[int, Field(gt=0)] = Field(
+        1 * MiB, description="Largest JSON request body (413)."
+    )
     max_json_depth: Annotated[int, Field(ge=2, le=200)] = Field(32, description="Deepest JSON nesting (422).")
     max_npz_bytes: Annotated[int, Field(gt=0)] = Field(
-        2048 * MiB, description="Largest decompressed size of an NPZ data set, checked before loading it (422).",
+        2048 * MiB,
+        description="Largest decompressed size of an NPZ data set, checked before loading it (422).",
     )
     max_samples: Annotated[int, Field(gt=0)] = Field(
-        5_000_000, description="Most samples (rows) in one array of a data set, checked before loading it (422).",
+        5_000_000,
+        description="Most samples (rows) in one array of a data set, checked before loading it (422).",
     )
     db_busy_timeout_s: Annotated[float, Field(gt=0, le=300)] = Field(
-        5.0, description="How long a statement waits for a locked database (SQLite) before the request gets 503.",
+        5.0,
+        description="How long a statement waits for a locked database (SQLite) before the request gets 503.",
     )
     max_worker_losses: Annotated[int, Field(ge=1, le=100)] = Field(
-        3, description="A job whose worker crashed or went silent this many times is failed, not run again.",
+        3,
+        description="A job whose worker crashed or went silent this many times is failed, not run again.",
     )
     reaper_interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
-        10.0, description="How often the API re-queues jobs of silent workers, fails jobs past the hard time "
+        10.0,
+        description="How often the API re-queues jobs of silent workers, fails jobs past the hard time "
         "limit and re-sends queued jobs the broker no longer holds.",
     )
     requeue_grace_s: Annotated[float, Field(ge=0, le=3600)] = Field(
-        30.0, description="A queued job younger than this is never re-sent by the reconciler (in flight).",
+        30.0,
+        description="A queued job younger than this is never re-sent by the reconciler (in flight).",
     )
 
     @field_validator("broker_url")
@@ -127,7 +141,9 @@ class Settings(BaseSettings):
             return None
         scheme = value.split("://", 1)[0].split("+", 1)[0] if "://" in value else ""
         if scheme not in {"sqlite", "postgresql"}:
-            raise ValueError(f"CLGATE_DATABASE_URL must be sqlite:// or postgresql:// (got scheme {scheme!r})")
+            raise ValueError(
+                f"CLGATE_DATABASE_URL must be sqlite:// or postgresql:// (got scheme {scheme!r})"
+            )
         return value
 
     @field_validator("bootstrap_admin_key")
@@ -136,7 +152,9 @@ class Settings(BaseSettings):
         if value in (None, ""):
             return None
         if not re.fullmatch(r"clg_[0-9a-f]{16}_[A-Za-z0-9_-]{43}", value):
-            raise ValueError("must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)")
+            raise ValueError(
+                "must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)"
+            )
         return value
 
     @field_validator("job_time_limit_s")
@@ -169,6 +187,7 @@ class Settings(BaseSettings):
     @property
     def jobs_dir(self) -> Path:
         return self.data_dir / "jobs"
+
 
 def load_settings(**overrides) -> Settings:
     """Read and validate the environment (raises ``pydantic.ValidationError`` naming the variable)."""

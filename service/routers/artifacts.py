@@ -22,8 +22,13 @@ router = APIRouter(prefix="/artifacts", tags=["artifacts"])
 
 def to_public(a: Artifact) -> ArtifactPublic:
     return ArtifactPublic(
-        sha256=a.sha256, ref=f"sha256:{a.sha256}", size=a.size, kind=a.kind, filename=a.filename,
-        created_at=a.created_at, created_by=a.created_by,
+        sha256=a.sha256,
+        ref=f"sha256:{a.sha256}",
+        size=a.size,
+        kind=a.kind,
+        filename=a.filename,
+        created_at=a.created_at,
+        created_by=a.created_by,
     )
 
 
@@ -39,8 +44,16 @@ def _digest(ref: str) -> str:
     response_model=ArtifactPublic,
     status_code=status.HTTP_201_CREATED,
     summary="Upload an artifact (raw request body, streamed)",
-    responses={200: {"description": "Same content already stored"}, 413: {"description": "Over the size limit"}},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
+    responses={
+        200: {"description": "Same content already stored"},
+        413: {"description": "Over the size limit"},
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
 )
 async def upload_artifact(
     request: Request,
@@ -73,14 +86,28 @@ async def upload_artifact(
             existing = s.get(Artifact, stored.sha256)
             granted = existing is not None and s.get(ProjectArtifact, (project, stored.sha256)) is not None
             if existing is None:
-                existing = Artifact(sha256=stored.sha256, size=stored.size, kind=kind, filename=filename,
-                                    created_by=actor(key))
+                existing = Artifact(
+                    sha256=stored.sha256,
+                    size=stored.size,
+                    kind=kind,
+                    filename=filename,
+                    created_by=actor(key),
+                )
                 s.add(existing)
                 s.flush()
             if not granted:  # the project has the content now (uploading it proves it)
                 s.add(ProjectArtifact(project=project, sha256=stored.sha256))
-                audit(s, actor(key), "artifact.uploaded", "artifact", stored.sha256, project=project,
-                      size=stored.size, kind=kind, filename=filename)
+                audit(
+                    s,
+                    actor(key),
+                    "artifact.uploaded",
+                    "artifact",
+                    stored.sha256,
+                    project=project,
+                    size=stored.size,
+                    kind=kind,
+                    filename=filename,
+                )
             return existing, not granted
 
     artifact, created = await run_in_threadpool(record)
@@ -92,7 +119,8 @@ async def upload_artifact(
 
 @router.get("", response_model=ArtifactsPublic, summary="List artifacts (newest first)")
 def list_artifacts(
-    session: SessionDep, key: Viewer,
+    session: SessionDep,
+    key: Viewer,
     kind: ArtifactKind | None = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
@@ -119,5 +147,9 @@ def download_artifact(ref: str, session: SessionDep, store: StoreDep, key: Viewe
     a = scope(key).artifact(session, digest)
     if a is None or not store.exists(digest):
         raise ApiError(404, f"no artifact sha256:{digest}")
-    return FileResponse(store.path(digest), media_type="application/octet-stream",
-                        filename=a.filename or digest, headers={"ETag": f'"{digest}"'})
+    return FileResponse(
+        store.path(digest),
+        media_type="application/octet-stream",
+        filename=a.filename or digest,
+        headers={"ETag": f'"{digest}"'},
+    )

@@ -32,7 +32,18 @@ from clgate.schemas.api import (
     WaiverPublic,
     queue_for,
 )
-from clgate.service.deps import Approver, DispatcherDep, Scope, SessionDep, StoreDep, Submitter, Viewer, actor, scope
+from clgate.schemas.job import JobSpec, JobSpecError
+from clgate.service.deps import (
+    Approver,
+    DispatcherDep,
+    Scope,
+    SessionDep,
+    StoreDep,
+    Submitter,
+    Viewer,
+    actor,
+    scope,
+)
 from clgate.service.errors import ApiError
 from clgate.service.limits import MAX_SKIP
 from clgate.service.routers.policies import find as find_policy
@@ -50,14 +61,19 @@ from clgate.store.models import (
     as_utc,
     utcnow,
 )
-from clgate.schemas.job import JobSpec, JobSpecError
 from clgate.store.refs import check_paths, find_refs, resolve_refs
 
 log = logging.getLogger("clgate.api")
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-MEDIA = {".md": "text/markdown; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".json": "application/json",
-         ".jsonl": "application/x-ndjson", ".xml": "application/xml", ".html": "text/html; charset=utf-8"}
+MEDIA = {
+    ".md": "text/markdown; charset=utf-8",
+    ".csv": "text/csv; charset=utf-8",
+    ".json": "application/json",
+    ".jsonl": "application/x-ndjson",
+    ".xml": "application/xml",
+    ".html": "text/html; charset=utf-8",
+}
 
 
 def waiver_in_force():
@@ -77,13 +93,28 @@ def _query() -> Select:
 def _public(row) -> JobPublic:
     job, policy_name, policy_version, verdict, waived = row
     return JobPublic(
-        id=job.id, mode=job.mode, queue=job.queue, model_name=job.model_name, state=job.state,
-        progress=JobProgress(**(job.progress or {})), policy=PolicyRef(name=policy_name, version=policy_version),
-        policy_id=job.policy_id, baseline_job_id=job.baseline_job_id, source_job_id=job.source_job_id,
-        cancel_requested=job.cancel_requested, attempts=job.attempts, error=job.error, submitted_by=job.submitted_by,
+        id=job.id,
+        mode=job.mode,
+        queue=job.queue,
+        model_name=job.model_name,
+        state=job.state,
+        progress=JobProgress(**(job.progress or {})),
+        policy=PolicyRef(name=policy_name, version=policy_version),
+        policy_id=job.policy_id,
+        baseline_job_id=job.baseline_job_id,
+        source_job_id=job.source_job_id,
+        cancel_requested=job.cancel_requested,
+        attempts=job.attempts,
+        error=job.error,
+        submitted_by=job.submitted_by,
         worker=job.worker,
-        created_at=as_utc(job.created_at), started_at=as_utc(job.started_at), finished_at=as_utc(job.finished_at),
-        duration_s=job.duration_s, verdict=verdict, waived=bool(waived), project=job.project,
+        created_at=as_utc(job.created_at),
+        started_at=as_utc(job.started_at),
+        finished_at=as_utc(job.finished_at),
+        duration_s=job.duration_s,
+        verdict=verdict,
+        waived=bool(waived),
+        project=job.project,
     )
 
 
@@ -141,18 +172,22 @@ def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
         session.commit()
         try:
             dispatcher.submit(job.id, job.queue)
-        except Exception:  # noqa: BLE001 - recorded as queued: the supervisor's reconciler sends it again
+        except Exception:
             log.warning("job %s: not handed to the executor yet; the supervisor will", job.id, exc_info=True)
         return
     try:
         dispatcher.submit(job.id, job.queue)
-    except Exception as exc:  # noqa: BLE001 - broker down: the job cannot run, so it is not created
+    except Exception as exc:
         session.rollback()
-        raise ApiError(503, f"the job queue is unavailable ({type(exc).__name__}); no job was created") from None
+        raise ApiError(
+            503, f"the job queue is unavailable ({type(exc).__name__}); no job was created"
+        ) from None
     session.commit()
 
 
-def _idempotent(session: Session, key, header: str | None, request: dict) -> tuple[str | None, str | None, Job | None]:
+def _idempotent(
+    session: Session, key, header: str | None, request: dict
+) -> tuple[str | None, str | None, Job | None]:
     """(stored key, request digest, the job an earlier request with this ``Idempotency-Key`` created)."""
     if header is None:
         return None, None, None
@@ -162,7 +197,9 @@ def _idempotent(session: Session, key, header: str | None, request: dict) -> tup
     digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
     earlier = session.scalar(select(Job).where(Job.idempotency_key == scoped))
     if earlier is not None and earlier.request_sha256 != digest:
-        raise ApiError(422, "Idempotency-Key: already used for a different request (use a new key per request)")
+        raise ApiError(
+            422, "Idempotency-Key: already used for a different request (use a new key per request)"
+        )
     return scoped, digest, earlier
 
 
@@ -174,7 +211,9 @@ def _create(session: Session, dispatcher, job: Job, who: str, where: Scope, audi
         session.rollback()
         earlier = session.scalar(select(Job).where(Job.idempotency_key == job.idempotency_key))
         if earlier is None or earlier.request_sha256 != job.request_sha256:
-            raise ApiError(409, "Idempotency-Key: a concurrent request with this key is being processed") from None
+            raise ApiError(
+                409, "Idempotency-Key: a concurrent request with this key is being processed"
+            ) from None
         return load_public(session, earlier.id, where)
     audit(session, who, "job.submitted", "job", job.id, **audit_fields)
     _enqueue(session, dispatcher, job, who)
@@ -183,17 +222,32 @@ def _create(session: Session, dispatcher, job: Job, who: str, where: Scope, audi
 
 IdempotencyKey = Annotated[
     str | None,
-    Header(alias="Idempotency-Key", description="A retry with the same key (and the same body) returns the job "
-           "the first request created instead of a second job."),
+    Header(
+        alias="Idempotency-Key",
+        description="A retry with the same key (and the same body) returns the job "
+        "the first request created instead of a second job.",
+    ),
 ]
 
 
-@router.post("", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
-             summary="Submit a job (retrain, evaluate or metrics-only)")
-def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher: DispatcherDep, key: Submitter,
-               idempotency_key: IdempotencyKey = None):
+@router.post(
+    "",
+    response_model=JobPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Submit a job (retrain, evaluate or metrics-only)",
+)
+def submit_job(
+    body: JobCreate,
+    session: SessionDep,
+    store: StoreDep,
+    dispatcher: DispatcherDep,
+    key: Submitter,
+    idempotency_key: IdempotencyKey = None,
+):
     where = scope(key)
-    scoped, digest, earlier = _idempotent(session, key, idempotency_key, {"submit": body.model_dump(mode="json")})
+    scoped, digest, earlier = _idempotent(
+        session, key, idempotency_key, {"submit": body.model_dump(mode="json")}
+    )
     if earlier is not None:
         return load_public(session, earlier.id, where)
     where.model(session, body.model_name, claim=True)
@@ -202,26 +256,53 @@ def submit_job(body: JobCreate, session: SessionDep, store: StoreDep, dispatcher
     if body.mode == "metrics":
         missing = [r for r in body.logs if where.artifact(session, r.removeprefix("sha256:")) is None]
         if missing:
-            raise ApiError(422, f"logs: artifact {missing[0]} does not exist (upload it first)",
-                           problems=[f"logs: artifact {r} does not exist" for r in missing])
+            raise ApiError(
+                422,
+                f"logs: artifact {missing[0]} does not exist (upload it first)",
+                problems=[f"logs: artifact {r} does not exist" for r in missing],
+            )
     else:
         spec = _check_spec(session, store, where, body)
     baseline = _baseline(session, where, body.baseline, body.model_name)
-    job = Job(project=where.project, mode=body.mode, queue=body.queue, model_name=body.model_name, spec=spec,
-              logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
-              policy_id=policy.id, baseline_job_id=baseline, submitted_by=actor(key), progress={},
-              idempotency_key=scoped, request_sha256=digest)
-    return _create(session, dispatcher, job, actor(key), where, {
-        "mode": job.mode, "model_name": job.model_name, "policy": f"{policy.name}@{policy.version}",
-        "baseline_job_id": baseline})
+    job = Job(
+        project=where.project,
+        mode=body.mode,
+        queue=body.queue,
+        model_name=body.model_name,
+        spec=spec,
+        logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
+        policy_id=policy.id,
+        baseline_job_id=baseline,
+        submitted_by=actor(key),
+        progress={},
+        idempotency_key=scoped,
+        request_sha256=digest,
+    )
+    return _create(
+        session,
+        dispatcher,
+        job,
+        actor(key),
+        where,
+        {
+            "mode": job.mode,
+            "model_name": job.model_name,
+            "policy": f"{policy.name}@{policy.version}",
+            "baseline_job_id": baseline,
+        },
+    )
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
 def list_jobs(
-    session: SessionDep, key: Viewer,
-    state: State | None = None, mode: Mode | None = None, model_name: str | None = None,
+    session: SessionDep,
+    key: Viewer,
+    state: State | None = None,
+    mode: Mode | None = None,
+    model_name: str | None = None,
     verdict: Verdict | None = None,
-    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0, limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
     q = scope(key).where(_query(), Job.project)
     if state:
@@ -242,8 +323,12 @@ def get_job(job_id: str, session: SessionDep, key: Viewer):
     return load_public(session, job_id, scope(key))
 
 
-@router.post("/{job_id}/cancel", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
-             summary="Cancel a job (queued: at once; running: at its next iteration, keeping a partial log)")
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Cancel a job (queued: at once; running: at its next iteration, keeping a partial log)",
+)
 def cancel_job(job_id: str, session: SessionDep, key: Submitter):
     job = scope(key).job(session, job_id)
     if JobState(job.state).terminal:
@@ -262,21 +347,34 @@ def cancel_job(job_id: str, session: SessionDep, key: Submitter):
 def list_results(job_id: str, session: SessionDep, key: Viewer):
     scope(key).job(session, job_id)
     rows = session.execute(
-        select(JobFile.name, JobFile.sha256, Artifact.size).join(Artifact, Artifact.sha256 == JobFile.sha256)
-        .where(JobFile.job_id == job_id).order_by(JobFile.name)
+        select(JobFile.name, JobFile.sha256, Artifact.size)
+        .join(Artifact, Artifact.sha256 == JobFile.sha256)
+        .where(JobFile.job_id == job_id)
+        .order_by(JobFile.name)
     ).all()
-    return ResultsPublic(job_id=job_id, files=[
-        ResultFilePublic(name=n, sha256=sha, size=size, url=f"/v1/jobs/{job_id}/results/{n}") for n, sha, size in rows
-    ])
+    return ResultsPublic(
+        job_id=job_id,
+        files=[
+            ResultFilePublic(name=n, sha256=sha, size=size, url=f"/v1/jobs/{job_id}/results/{n}")
+            for n, sha, size in rows
+        ],
+    )
 
 
-@router.get("/{job_id}/results/{name:path}", response_class=FileResponse,
-            summary="Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml")
+@router.get(
+    "/{job_id}/results/{name:path}",
+    response_class=FileResponse,
+    summary="Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml",
+)
 def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key: Viewer):
     scope(key).job(session, job_id)
     if name == "log":  # the first (or only) evaluation log
-        row = session.scalar(select(JobFile).where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
-                             .order_by(JobFile.name).limit(1))
+        row = session.scalar(
+            select(JobFile)
+            .where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
+            .order_by(JobFile.name)
+            .limit(1)
+        )
     else:
         row = session.get(JobFile, (job_id, name))
     if row is None:
@@ -286,9 +384,12 @@ def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key
     try:
         path = store.verified_path(row.sha256)  # hashed before it is served: a tampered file is refused
     except ArtifactNotFound:  # missing, or corrupt (quarantined)
-        raise ApiError(404, f"job {job_id}: result {name!r} is not available (missing or failed its hash check)") from None
-    return FileResponse(path, media_type=media, headers={"ETag": f'"{row.sha256}"'},
-                        content_disposition_type="inline")
+        raise ApiError(
+            404, f"job {job_id}: result {name!r} is not available (missing or failed its hash check)"
+        ) from None
+    return FileResponse(
+        path, media_type=media, headers={"ETag": f'"{row.sha256}"'}, content_disposition_type="inline"
+    )
 
 
 def _decision(session: Session, where: Scope, job_id: str) -> Decision:
@@ -300,28 +401,58 @@ def _decision(session: Session, where: Scope, job_id: str) -> Decision:
 
 
 def _waiver_public(w: Waiver) -> WaiverPublic:
-    return WaiverPublic(id=w.id, job_id=w.job_id, decision_id=w.decision_id, justification=w.justification,
-                        approver=w.approver, created_at=as_utc(w.created_at), expires_at=as_utc(w.expires_at),
-                        record_hash=w.record_hash)
+    return WaiverPublic(
+        id=w.id,
+        job_id=w.job_id,
+        decision_id=w.decision_id,
+        justification=w.justification,
+        approver=w.approver,
+        created_at=as_utc(w.created_at),
+        expires_at=as_utc(w.expires_at),
+        record_hash=w.record_hash,
+    )
 
 
-@router.get("/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers")
+@router.get(
+    "/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers"
+)
 def get_decision(job_id: str, session: SessionDep, key: Viewer):
     d = _decision(session, scope(key), job_id)
-    waivers = session.scalars(select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)).all()
-    return DecisionPublic(id=d.id, job_id=d.job_id, policy_id=d.policy_id, model_name=d.model_name, verdict=d.verdict,
-                          headline=d.headline, document=d.document, created_at=as_utc(d.created_at),
-                          record_hash=d.record_hash,
-                          waivers=[_waiver_public(w) for w in waivers])
+    waivers = session.scalars(
+        select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)
+    ).all()
+    return DecisionPublic(
+        id=d.id,
+        job_id=d.job_id,
+        policy_id=d.policy_id,
+        model_name=d.model_name,
+        verdict=d.verdict,
+        headline=d.headline,
+        document=d.document,
+        created_at=as_utc(d.created_at),
+        record_hash=d.record_hash,
+        waivers=[_waiver_public(w) for w in waivers],
+    )
 
 
-@router.post("/{job_id}/regate", response_model=JobPublic, status_code=status.HTTP_202_ACCEPTED,
-             summary="Gate a finished job's logs under another policy version, without retraining")
-def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher: DispatcherDep, key: Submitter,
-               idempotency_key: IdempotencyKey = None):
+@router.post(
+    "/{job_id}/regate",
+    response_model=JobPublic,
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Gate a finished job's logs under another policy version, without retraining",
+)
+def regate_job(
+    job_id: str,
+    body: RegateCreate,
+    session: SessionDep,
+    dispatcher: DispatcherDep,
+    key: Submitter,
+    idempotency_key: IdempotencyKey = None,
+):
     where = scope(key)
-    scoped, digest, earlier = _idempotent(session, key, idempotency_key,
-                                          {"regate": job_id, **body.model_dump(mode="json")})
+    scoped, digest, earlier = _idempotent(
+        session, key, idempotency_key, {"regate": job_id, **body.model_dump(mode="json")}
+    )
     if earlier is not None:
         return load_public(session, earlier.id, where)
     source = where.job(session, job_id, act="re-gate")
@@ -330,14 +461,37 @@ def regate_job(job_id: str, body: RegateCreate, session: SessionDep, dispatcher:
     if source.mode == "regate" and source.source_job_id:
         source = where.job(session, source.source_job_id)
     policy = find_policy(session, body.policy, where.project)
-    baseline = (source.baseline_job_id if body.baseline == "same"
-                else _baseline(session, where, body.baseline, source.model_name))
-    job = Job(project=where.project, mode="regate", queue=queue_for("regate"), model_name=source.model_name,
-              policy_id=policy.id, baseline_job_id=baseline, source_job_id=source.id, submitted_by=actor(key),
-              progress={}, idempotency_key=scoped, request_sha256=digest)
-    return _create(session, dispatcher, job, actor(key), where, {
-        "mode": "regate", "source_job_id": source.id, "policy": f"{policy.name}@{policy.version}",
-        "baseline_job_id": baseline})
+    baseline = (
+        source.baseline_job_id
+        if body.baseline == "same"
+        else _baseline(session, where, body.baseline, source.model_name)
+    )
+    job = Job(
+        project=where.project,
+        mode="regate",
+        queue=queue_for("regate"),
+        model_name=source.model_name,
+        policy_id=policy.id,
+        baseline_job_id=baseline,
+        source_job_id=source.id,
+        submitted_by=actor(key),
+        progress={},
+        idempotency_key=scoped,
+        request_sha256=digest,
+    )
+    return _create(
+        session,
+        dispatcher,
+        job,
+        actor(key),
+        where,
+        {
+            "mode": "regate",
+            "source_job_id": source.id,
+            "policy": f"{policy.name}@{policy.version}",
+            "baseline_job_id": baseline,
+        },
+    )
 
 
 def submitted_by_key(job: Job, key) -> bool:
@@ -345,16 +499,21 @@ def submitted_by_key(job: Job, key) -> bool:
     return (job.submitted_by or "").startswith(f"key:{key.id}(")
 
 
-
-@router.post("/{job_id}/waivers", response_model=WaiverPublic, status_code=status.HTTP_201_CREATED,
-             summary="Record a justified waiver of a FAIL (the decision itself is never edited)")
+@router.post(
+    "/{job_id}/waivers",
+    response_model=WaiverPublic,
+    status_code=status.HTTP_201_CREATED,
+    summary="Record a justified waiver of a FAIL (the decision itself is never edited)",
+)
 def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: Approver):
     where = scope(key)
     job = where.job(session, job_id, act="waive")
     d = _decision(session, where, job_id)
     source = session.get(Job, job.source_job_id) if job.source_job_id else None
     if submitted_by_key(job, key) or (source is not None and submitted_by_key(source, key)):
-        raise ApiError(403, "separation of duties: an approver cannot waive a job they submitted (or re-gated)")
+        raise ApiError(
+            403, "separation of duties: an approver cannot waive a job they submitted (or re-gated)"
+        )
     if d.verdict != "FAIL":
         raise ApiError(409, f"only a FAIL can be waived; job {job_id}'s verdict is {d.verdict}")
     expires = body.expires_at
@@ -362,13 +521,28 @@ def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: App
         expires = expires.replace(tzinfo=dt.UTC) if expires.tzinfo is None else expires.astimezone(dt.UTC)
     if expires is not None and expires <= utcnow():
         raise ApiError(422, "expires_at: the waiver would have expired already")
-    w = Waiver(project=job.project, decision_id=d.id, job_id=job_id, justification=body.justification,
-               approver=actor(key), expires_at=expires)
+    w = Waiver(
+        project=job.project,
+        decision_id=d.id,
+        job_id=job_id,
+        justification=body.justification,
+        approver=actor(key),
+        expires_at=expires,
+    )
     session.add(w)
     session.flush()
-    audit(session, actor(key), "waiver.recorded", "job", job_id, waiver_id=w.id, decision_id=d.id,
-          verdict=d.verdict, justification=body.justification,
-          expires_at=expires.isoformat() if expires else None)
+    audit(
+        session,
+        actor(key),
+        "waiver.recorded",
+        "job",
+        job_id,
+        waiver_id=w.id,
+        decision_id=d.id,
+        verdict=d.verdict,
+        justification=body.justification,
+        expires_at=expires.isoformat() if expires else None,
+    )
     session.commit()
     return _waiver_public(w)
 
@@ -376,5 +550,7 @@ def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: App
 @router.get("/{job_id}/waivers", response_model=list[WaiverPublic], summary="Waivers of the job's decision")
 def list_waivers(job_id: str, session: SessionDep, key: Viewer):
     scope(key).job(session, job_id)
-    return [_waiver_public(w) for w in
-            session.scalars(select(Waiver).where(Waiver.job_id == job_id).order_by(Waiver.created_at))]
+    return [
+        _waiver_public(w)
+        for w in session.scalars(select(Waiver).where(Waiver.job_id == job_id).order_by(Waiver.created_at))
+    ]

@@ -35,8 +35,9 @@ def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, build
 
     def digits_log(acc: float, seed: int):  # split digits: 5 tasks of 2 classes, as the policy rates them
         points = [(k, True, [acc] * (2 * k) + [None] * (10 - 2 * k)) for k in range(1, 6)]
-        return build_log(points, tasks=[[2 * t, 2 * t + 1] for t in range(5)], names=[str(c) for c in range(10)],
-                         seed=seed)
+        return build_log(
+            points, tasks=[[2 * t, 2 * t + 1] for t in range(5)], names=[str(c) for c in range(10)], seed=seed
+        )
 
     digits_log(0.9, 0).dump(tmp_path / "eval-logs" / "log-seed0.json")
     digits_log(0.88, 1).dump(tmp_path / "eval-logs" / "log-seed1.json")
@@ -44,7 +45,8 @@ def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, build
     policy = tmp_path / "examples" / "policies"
     policy.mkdir(parents=True)
     policy.joinpath("digits-release.yaml").write_text(
-        (repo_root / "examples" / "policies" / "digits-release.yaml").read_text())
+        (repo_root / "examples" / "policies" / "digits-release.yaml").read_text()
+    )
     monkeypatch.chdir(tmp_path)
     summary = tmp_path / "step-summary.md"
     args = []

@@ -39,7 +39,9 @@ def test_demo_er_passes_finetune_fails(tmp_path, repo_root, monkeypatch):
     assert named in md and f"iteration {worst['iteration']}" in md
     assert named.replace("'", "&#39;") in html and 'id="fig-heatmap"' in html
     rows = er["fmeca"]["rows"]
-    assert er["fmeca"]["unrated"] == 0 and len({r["severity"] for r in rows}) >= 3  # the policy rates every class
+    assert (
+        er["fmeca"]["unrated"] == 0 and len({r["severity"] for r in rows}) >= 3
+    )  # the policy rates every class
     assert len({r["rpn_worst"] for r in rows}) >= 3  # the worksheet tells the classes apart
     assert len({r["occurrence_final"] for r in rows}) >= 3
     highs = sum(r["priority_worst"] == "High" for r in rows)
@@ -52,10 +54,32 @@ def test_demo_er_passes_finetune_fails(tmp_path, repo_root, monkeypatch):
 @pytest.mark.slow
 def test_gate_job_runs_the_engine_first(tmp_path, repo_root, monkeypatch):
     monkeypatch.chdir(repo_root)
-    res = runner.invoke(app, ["gate", "--job", "examples/jobs/digits-finetune.yaml", "--policy",
-                              "examples/policies/digits-release.yaml", "--out", str(tmp_path)])
+    res = runner.invoke(
+        app,
+        [
+            "gate",
+            "--job",
+            "examples/jobs/digits-finetune.yaml",
+            "--policy",
+            "examples/policies/digits-release.yaml",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 1, res.output
     assert (tmp_path / "logs" / "log-seed0.json").is_file() and (tmp_path / "junit.xml").is_file()
-    bad = runner.invoke(app, ["gate", "--job", "examples/jobs/digits-finetune.yaml", "--set", "training.lr=-1",
-                              "--policy", "examples/policies/digits-release.yaml", "--out", str(tmp_path)])
+    bad = runner.invoke(
+        app,
+        [
+            "gate",
+            "--job",
+            "examples/jobs/digits-finetune.yaml",
+            "--set",
+            "training.lr=-1",
+            "--policy",
+            "examples/policies/digits-release.yaml",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert bad.exit_code == 2 and "training.lr" in bad.output

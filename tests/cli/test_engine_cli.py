@@ -28,14 +28,25 @@ def cli():
 def test_run_example_spec_with_overrides_then_metrics(tmp_path, cli):
     out = tmp_path / "out"
     result = cli(
-        "run", EXAMPLES / "digits-er.yaml", "training.epochs=1", "--set", "evaluation.eval_every=20",
-        "--seeds", "0,1", "--device", "cpu", "--out", out,
+        "run",
+        EXAMPLES / "digits-er.yaml",
+        "training.epochs=1",
+        "--set",
+        "evaluation.eval_every=20",
+        "--seeds",
+        "0,1",
+        "--device",
+        "cpu",
+        "--out",
+        out,
     )
     assert result.exit_code == 0, result.output
     logs = sorted(out.glob("log-seed*.json"))
     assert [p.name for p in logs] == ["log-seed0.json", "log-seed1.json"]
     log = EvaluationLog.load(logs[0])
-    assert log.meta["strategy"] == "er" and log.meta["eval_every"] == 20 and log.meta["training"]["epochs"] == 1
+    assert (
+        log.meta["strategy"] == "er" and log.meta["eval_every"] == 20 and log.meta["training"]["epochs"] == 1
+    )
     assert "final accuracy" in result.output
     assert "iteration" in result.output  # plain progress lines when not on a terminal
     metrics = cli("metrics", logs[0], "--json")
@@ -50,9 +61,17 @@ def test_run_example_spec_with_overrides_then_metrics(tmp_path, cli):
     "args,message",
     [
         pytest.param(["training.lr=-1"], "training.lr: Input should be greater than 0", id="bad-override"),
-        pytest.param(["--set", "strategy.mem_szie=3"], "er takes no parameter 'mem_szie'", id="bad-strategy-param"),
-        pytest.param(["--set", "data={kind: npz, path: missing.npz}"], "missing.npz: no such file", id="missing-data"),
-        pytest.param(["--set", "model.arch=cnn", "--set", "model.weights=nothing.safetensors"], "nothing.safetensors: no such file", id="missing-weights"),
+        pytest.param(
+            ["--set", "strategy.mem_szie=3"], "er takes no parameter 'mem_szie'", id="bad-strategy-param"
+        ),
+        pytest.param(
+            ["--set", "data={kind: npz, path: missing.npz}"], "missing.npz: no such file", id="missing-data"
+        ),
+        pytest.param(
+            ["--set", "model.arch=cnn", "--set", "model.weights=nothing.safetensors"],
+            "nothing.safetensors: no such file",
+            id="missing-weights",
+        ),
         pytest.param(["scenario.n_tasks=3"], "10 classes do not split into 3 equal tasks", id="bad-split"),
     ],
 )
@@ -87,8 +106,20 @@ def test_evaluate_checkpoints_from_the_command_line(tmp_path, cli, monkeypatch):
     assert [p.iteration for p in log.points] == [1, 2, 3, 4, 5] and all(p.task_end for p in log.points)
     assert log.meta["strategy"] == "evaluate" and len(log.meta["checkpoints"]) == 5
     # without a spec file the fields come from key=value arguments
-    result = cli("evaluate", "-c", f"{names[0]}@10", "-c", f"{names[1]}@20", "data=digits", "scenario.n_tasks=2",
-                 "model.arch=mlp", "device=cpu", "--out", "out2", "-q")
+    result = cli(
+        "evaluate",
+        "-c",
+        f"{names[0]}@10",
+        "-c",
+        f"{names[1]}@20",
+        "data=digits",
+        "scenario.n_tasks=2",
+        "model.arch=mlp",
+        "device=cpu",
+        "--out",
+        "out2",
+        "-q",
+    )
     assert result.exit_code == 0, result.output
     result = cli("evaluate", "-c", names[0], spec, "--out", "out3", "-q")
     assert result.exit_code == 2 and "1 given for 5 tasks" in result.output
@@ -106,9 +137,21 @@ def test_ctrl_c_leaves_a_valid_partial_log(tmp_path):
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from clgate.cli import main; main()", "run", str(EXAMPLES / "digits-er.yaml"),
-         "training.iterations=1000", "--device", "cpu", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "from clgate.cli import main; main()",
+            "run",
+            str(EXAMPLES / "digits-er.yaml"),
+            "training.iterations=1000",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120

@@ -34,8 +34,8 @@ def without(monkeypatch):
 
 
 def test_extra_requirements_come_from_the_package_metadata():
-    assert ENGINE_ONLY <= set(extras.extra_requirements("engine"))
-    assert SERVICE_ONLY <= set(extras.extra_requirements("service"))
+    assert set(extras.extra_requirements("engine")) >= ENGINE_ONLY
+    assert set(extras.extra_requirements("service")) >= SERVICE_ONLY
     assert "clgate" not in extras.extra_requirements("all")
     assert extras.extra_requirements("no-such-extra") == []
 
@@ -67,9 +67,7 @@ def test_gate_with_job_needs_the_engine(without, tmp_path):
     without({"torch"})
     policy = tmp_path / "p.yaml"
     policy.write_text("name: p\nrules:\n  - {metric: mica, floor: 0.5}\n")
-    res = runner.invoke(
-        app, ["gate", "--job", "examples/jobs/digits-er.yaml", "--policy", str(policy)]
-    )
+    res = runner.invoke(app, ["gate", "--job", "examples/jobs/digits-er.yaml", "--policy", str(policy)])
     assert res.exit_code == 2, res.output
     assert "clgate[engine]" in res.output and "torch" in res.output
 

@@ -67,9 +67,18 @@ def test_bad_policy_exits_2_with_the_rule_position(files):
     "content, message",
     [
         pytest.param("{not json", "invalid evaluation log", id="not-json"),
-        pytest.param(json.dumps({"tasks": [[0, 1]], "points": [
-            {"iteration": 1, "task": 1, "task_end": True, "correct": [5, 9], "total": [4, 9]}]}),
-            "points[0].correct[0]: correct (5) exceeds total (4)", id="contract"),
+        pytest.param(
+            json.dumps(
+                {
+                    "tasks": [[0, 1]],
+                    "points": [
+                        {"iteration": 1, "task": 1, "task_end": True, "correct": [5, 9], "total": [4, 9]}
+                    ],
+                }
+            ),
+            "points[0].correct[0]: correct (5) exceeds total (4)",
+            id="contract",
+        ),
     ],
 )
 def test_bad_log_exits_2(files, content, message):
@@ -100,11 +109,25 @@ def test_outputs_baseline_and_several_logs(files):
     junit = files["dir"] / "ci" / "junit.xml"
     summary = files["dir"] / "summary.md"
     summary.write_text("earlier step\n")
-    res = _gate("--log", files["good"], files["forgetful"], "--policy", p, "--baseline", files["good"],
-                "--out", out, "--junit", junit, "--summary-md", summary)
+    res = _gate(
+        "--log",
+        files["good"],
+        files["forgetful"],
+        "--policy",
+        p,
+        "--baseline",
+        files["good"],
+        "--out",
+        out,
+        "--junit",
+        junit,
+        "--summary-md",
+        summary,
+    )
     assert res.exit_code == 1, res.output
     assert sorted(x.name for x in out.iterdir()) == sorted(
-        ["report.html", "report.md", "decision.json", "metrics.json", "fmeca.csv", "junit.xml"])
+        ["report.html", "report.md", "decision.json", "metrics.json", "fmeca.csv", "junit.xml"]
+    )
     decision = json.loads((out / "decision.json").read_text())
     assert decision["runs"] == 2 and decision["rules"][1]["evidence"]["class_name"] == "ant"
     assert junit.read_text().startswith("<?xml")
@@ -122,8 +145,13 @@ def test_console_script_exit_code(files):
     p = _policy(files["dir"], "  - {metric: mica, floor: 0.7}\n")
     exe = Path(sys.executable).with_name("clgate")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "clgate"]
-    proc = subprocess.run([*cmd, "gate", "--log", str(files["forgetful"]), "--policy", str(p)],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [*cmd, "gate", "--log", str(files["forgetful"]), "--policy", str(p)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout
 

@@ -26,14 +26,10 @@ def test_help_shows_no_python_type_names(path):
     res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     for python_name in ("<bool>", "<list[", "NoneType", "Optional["):
-        assert python_name not in res.output, (
-            f"{' '.join(path)} --help shows {python_name}:\n{res.output}"
-        )
+        assert python_name not in res.output, f"{' '.join(path)} --help shows {python_name}:\n{res.output}"
 
 
-@pytest.mark.parametrize(
-    "path, command", COMMANDS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else ""
-)
+@pytest.mark.parametrize("path, command", COMMANDS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
 def test_help_texts_survive_rich_markup(path, command):
     """Brackets in a help text are read as rich markup tags and vanish ("weights for , comma-separated")."""
     texts = [command.help or ""] + [getattr(param, "help", None) or "" for param in command.params]

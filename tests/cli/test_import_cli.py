@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from clgate.schemas.evaluation_log import EvaluationLog
 from typer.testing import CliRunner
 
 from clgate.cli import app
 from clgate.log_import import rows_from_log, write_table
+from clgate.schemas.evaluation_log import EvaluationLog
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "logs" / "spec-example.json"
@@ -85,8 +85,14 @@ def test_explicit_task_layout_when_future_tasks_are_evaluated(tmp_path):
         (["iteration,task,class,accuracy,total", "5,1,0,83.3,6"], "row 2, column 'accuracy'"),
         (["iteration,task,class,accuracy,total", "5,1,0,0.7,6"], "is not a whole count"),
         (["iteration,task,class,correct,total", "5,0,0,1,2"], "row 2, column 'task': must be ≥ 1"),
-        (["iteration,task,class,correct,total", "5,1,0,1,2", "5,1,0,1,2"], "row 3, column 'class': class '0' already"),
-        (["iteration,task,class,correct,total", "5,1,0,1,2", "5,2,1,1,2"], "row 3, column 'task': task 2 at iteration 5"),
+        (
+            ["iteration,task,class,correct,total", "5,1,0,1,2", "5,1,0,1,2"],
+            "row 3, column 'class': class '0' already",
+        ),
+        (
+            ["iteration,task,class,correct,total", "5,1,0,1,2", "5,2,1,1,2"],
+            "row 3, column 'task': task 2 at iteration 5",
+        ),
         (["iteration,task,class,correct,total", "5,1,0,1,2", "6,1,3,1,2"], "integer class ids must be 0 … 1"),
         (["iteration,task,class,correct,total", "5,1,0,1,2,9"], "row 2: more cells than header columns"),
         (["iteration,task,class,correct,total", "5,2,0,1,2"], "task(s) [1] evaluate no class"),
@@ -102,7 +108,9 @@ def test_bad_tables_exit_2_naming_row_and_column(tmp_path, lines, message):
 
 
 def test_bad_jsonl_and_options(tmp_path):
-    (tmp_path / "t.jsonl").write_text('{"iteration": 1, "task": 1, "class": 0, "correct": 1, "total": 1}\n[1]\n')
+    (tmp_path / "t.jsonl").write_text(
+        '{"iteration": 1, "task": 1, "class": 0, "correct": 1, "total": 1}\n[1]\n'
+    )
     result = _import(tmp_path / "t.jsonl", "-o", tmp_path / "l.json")
     assert result.exit_code == 2 and "row 2: expected a JSON object" in result.output
     (tmp_path / "t.txt").write_text("x")

@@ -83,9 +83,7 @@ def test_hostile_class_names_are_inert_in_every_report(tmp_path, forgetful_log, 
     page = (out / "report.html").read_text(encoding="utf-8")
     parser = _Tags()
     parser.feed(page)
-    assert not any("onerror" in attrs for _, attrs in parser.tags), (
-        "an onerror attribute reached the HTML"
-    )
+    assert not any("onerror" in attrs for _, attrs in parser.tags), "an onerror attribute reached the HTML"
     assert not any(tag == "img" and attrs.get("src") == "x" for tag, attrs in parser.tags)
     assert not any("alert(" in text for text in parser.script_text), "a class name runs as a script"
     assert "&lt;script&gt;" in page or "&lt;script>" in page

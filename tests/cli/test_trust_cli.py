@@ -59,9 +59,7 @@ def test_the_diverged_ewc_example_exits_2_and_its_log_fails_the_gate(tmp_path):
     ],
 )
 def test_bad_trust_inputs_exit_2_naming_the_field(tmp_path, args, message):
-    result = _cli(
-        "run", JOB, *args, "training.epochs=1", "--device", "cpu", "-q", "--out", tmp_path
-    )
+    result = _cli("run", JOB, *args, "training.epochs=1", "--device", "cpu", "-q", "--out", tmp_path)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
 
@@ -76,6 +74,4 @@ def test_channels_last_npz_declared_channels_first_exits_2(tmp_path):
         encoding="utf-8",
     )
     result = _cli("run", spec, "-q", "--out", tmp_path / "out")
-    assert result.exit_code == 2 and "set data.layout: channels_last" in result.output, (
-        result.output
-    )
+    assert result.exit_code == 2 and "set data.layout: channels_last" in result.output, result.output

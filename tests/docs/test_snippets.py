@@ -63,8 +63,7 @@ def extract_blocks(text: str, file: str) -> list[Block]:
         body = []
         i += 1
         while i < len(lines) and not (
-            lines[i].strip().startswith(fence[0] * len(fence))
-            and not lines[i].strip().strip(fence[0])
+            lines[i].strip().startswith(fence[0] * len(fence)) and not lines[i].strip().strip(fence[0])
         ):
             body.append(lines[i].removeprefix(opening["indent"]))
             i += 1
@@ -136,9 +135,7 @@ def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier):
             start_new_session=True,
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(
-            f"{block.id}: still running after {TIMEOUT_S} s\n{exc.stdout or ''}\n{exc.stderr or ''}"
-        )
+        pytest.fail(f"{block.id}: still running after {TIMEOUT_S} s\n{exc.stdout or ''}\n{exc.stderr or ''}")
     assert done.returncode == 0, (
         f"{block.id} ({block.lang}) exited {done.returncode}\n--- block\n{block.code}--- stdout\n"
         f"{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
@@ -167,9 +164,7 @@ _LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 def test_links_stay_inside_the_repository_and_resolve(doc):
     text = doc.read_text(encoding="utf-8")
     for outside in ("shared/spec", "shared/design", "../shared", "/work/"):
-        assert outside not in text, (
-            f"{doc.name} mentions {outside}, which is not part of the repository"
-        )
+        assert outside not in text, f"{doc.name} mentions {outside}, which is not part of the repository"
     for match in _LINK.finditer(text):
         target = match["target"].split("#")[0]
         if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target):  # an anchor, or http:, mailto: …

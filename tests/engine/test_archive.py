@@ -22,8 +22,12 @@ def _png(value: int) -> bytes:
     return buf.getvalue()
 
 
-FILES = {f"data/{split}/{cls}/{i}.png": _png(40 * c + i) for split in ("train", "test")
-         for c, cls in enumerate(("cat", "dog")) for i in range(2)}
+FILES = {
+    f"data/{split}/{cls}/{i}.png": _png(40 * c + i)
+    for split in ("train", "test")
+    for c, cls in enumerate(("cat", "dog"))
+    for i in range(2)
+}
 
 
 def _tar(entries: dict[str, bytes], mode: str = "w:gz", extra=None) -> io.BytesIO:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from clgate.schemas.evaluation_log import EvaluationLog
 
 from clgate import Recorder
 from clgate.engine.avalanche import RecorderPlugin
 from clgate.engine.data import load_digits
+from clgate.schemas.evaluation_log import EvaluationLog
 
 TASKS = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 
@@ -66,21 +66,31 @@ def test_with_real_avalanche(tmp_path):
     from avalanche.core import SupervisedPlugin
     from avalanche.training.supervised import Naive
 
-    assert isinstance(RecorderPlugin(Recorder(torch.zeros(2, 1), torch.tensor([0, 1]), tasks=[[0, 1]])), SupervisedPlugin)
+    assert isinstance(
+        RecorderPlugin(Recorder(torch.zeros(2, 1), torch.tensor([0, 1]), tasks=[[0, 1]])), SupervisedPlugin
+    )
     data = load_digits()
     streams = []
     for classes in TASKS:
         m = np.isin(data.y_train, classes)
         streams.append((torch.from_numpy(data.x_train[m]), torch.from_numpy(data.y_train[m])))
     bm = tensors_benchmark(
-        train_tensors=streams, test_tensors=streams, task_labels=[0] * len(TASKS), complete_test_set_only=False
+        train_tensors=streams,
+        test_tensors=streams,
+        task_labels=[0] * len(TASKS),
+        complete_test_set_only=False,
     )
     torch.manual_seed(0)
     model = _net()
     recorder = Recorder(data.x_test, data.y_test, tasks=TASKS, eval_every=5, device="cpu")
     strategy = Naive(
-        model, torch.optim.SGD(model.parameters(), lr=0.1), train_mb_size=64, train_epochs=1, device="cpu",
-        plugins=[RecorderPlugin(recorder, path=tmp_path / "log.json")], evaluator=None,
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        train_mb_size=64,
+        train_epochs=1,
+        device="cpu",
+        plugins=[RecorderPlugin(recorder, path=tmp_path / "log.json")],
+        evaluator=None,
     )
     for experience in bm.train_stream:
         strategy.train(experience)

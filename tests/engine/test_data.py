@@ -40,7 +40,7 @@ def test_digits_split_is_stratified_seeded_and_scaled():
     c = load_digits(split_seed=1)
     assert a.x_train.shape[1:] == (1, 8, 8) and a.n_classes == 10
     assert np.array_equal(a.y_test, b.y_test) and not np.array_equal(a.y_test, c.y_test)
-    assert 0.0 <= a.x_train.min() and a.x_train.max() <= 1.0
+    assert a.x_train.min() >= 0.0 and a.x_train.max() <= 1.0
     counts = np.bincount(a.y_test, minlength=10)
     assert counts.min() >= 35 and counts.max() <= 37  # 20 % of ~180 per class
     assert len(a.y_train) + len(a.y_test) == 1797
@@ -53,28 +53,91 @@ def test_npz_loads_with_class_names_and_uint8_scaling(tmp_path):
     ds = load_npz(_save(tmp_path, **arrays, class_names=np.array(["a", "b", "c"])))
     # kept as stored (4× smaller than float32); scaled to [0, 1] per batch
     assert ds.class_names == ["a", "b", "c"] and ds.x_train.dtype == np.uint8
-    assert model_input(ds.x_train).dtype == np.float32 and model_input(ds.x_train).max() == pytest.approx(59 / 255)
+    assert model_input(ds.x_train).dtype == np.float32 and model_input(ds.x_train).max() == pytest.approx(
+        59 / 255
+    )
 
 
 @pytest.mark.parametrize(
     "change,message",
     [
         pytest.param(lambda a: a.pop("y_test"), r"missing array\(s\) y_test", id="missing-array"),
-        pytest.param(lambda a: a.update(y_train=a["y_train"][:-1]), "x_train has 12 samples but y_train has 11 labels", id="length-mismatch"),
-        pytest.param(lambda a: a.update(x_test=a["x_test"][:, :4]), r"x_train samples have shape \(5,\) but x_test samples have shape \(4,\)", id="feature-mismatch"),
-        pytest.param(lambda a: a.update(x_train=a["x_train"][:, 0]), r"x_train has shape \(12,\); expected \(N, features", id="x-1d"),
-        pytest.param(lambda a: a.update(y_train=a["y_train"].reshape(6, 2)), r"y_train has shape \(6, 2\); expected a 1-D vector", id="y-2d"),
-        pytest.param(lambda a: a.update(y_train=a["y_train"].astype(np.float32)), "y_train has dtype float32; labels must be integers", id="float-labels"),
-        pytest.param(lambda a: a.update(x_train=a["x_train"].astype(np.complex64)), "x_train has dtype complex64; expected a numeric", id="complex-inputs"),
-        pytest.param(lambda a: a["x_train"].__setitem__((3, 2), np.nan), r"x_train contains NaN values \(first at sample 3\)", id="nan"),
-        pytest.param(lambda a: a["x_test"].__setitem__((5, 0), np.inf), r"x_test contains inf values \(first at sample 5\)", id="inf"),
-        pytest.param(lambda a: a["y_train"].__setitem__(0, -1), "y_train has negative label -1", id="negative-label"),
-        pytest.param(lambda a: a.update(y_test=np.where(a["y_test"] == 2, 0, a["y_test"])), r"class\(es\) 2 have no test samples", id="class-without-test-samples"),
-        pytest.param(lambda a: a["y_test"].__setitem__(0, 3), r"train/test class mismatch: class\(es\) 3 appear in y_test but not in y_train", id="train-test-mismatch"),
-        pytest.param(lambda a: a.update(y_train=np.where(a["y_train"] == 1, 2, a["y_train"]), y_test=np.where(a["y_test"] == 1, 2, a["y_test"])), r"class\(es\) 1 have no training or test samples", id="label-gap"),
-        pytest.param(lambda a: a.update(x_train=a["x_train"][:0], y_train=a["y_train"][:0]), r"x_train is empty", id="empty"),
-        pytest.param(lambda a: a.update(class_names=np.array(["a", "b"])), r"label 2 is out of range for 2 class_names", id="label-out-of-range"),
-        pytest.param(lambda a: a.update(class_names=np.array([1, 2, 3])), "class_names must be a 1-D array of strings", id="class-names-not-strings"),
+        pytest.param(
+            lambda a: a.update(y_train=a["y_train"][:-1]),
+            "x_train has 12 samples but y_train has 11 labels",
+            id="length-mismatch",
+        ),
+        pytest.param(
+            lambda a: a.update(x_test=a["x_test"][:, :4]),
+            r"x_train samples have shape \(5,\) but x_test samples have shape \(4,\)",
+            id="feature-mismatch",
+        ),
+        pytest.param(
+            lambda a: a.update(x_train=a["x_train"][:, 0]),
+            r"x_train has shape \(12,\); expected \(N, features",
+            id="x-1d",
+        ),
+        pytest.param(
+            lambda a: a.update(y_train=a["y_train"].reshape(6, 2)),
+            r"y_train has shape \(6, 2\); expected a 1-D vector",
+            id="y-2d",
+        ),
+        pytest.param(
+            lambda a: a.update(y_train=a["y_train"].astype(np.float32)),
+            "y_train has dtype float32; labels must be integers",
+            id="float-labels",
+        ),
+        pytest.param(
+            lambda a: a.update(x_train=a["x_train"].astype(np.complex64)),
+            "x_train has dtype complex64; expected a numeric",
+            id="complex-inputs",
+        ),
+        pytest.param(
+            lambda a: a["x_train"].__setitem__((3, 2), np.nan),
+            r"x_train contains NaN values \(first at sample 3\)",
+            id="nan",
+        ),
+        pytest.param(
+            lambda a: a["x_test"].__setitem__((5, 0), np.inf),
+            r"x_test contains inf values \(first at sample 5\)",
+            id="inf",
+        ),
+        pytest.param(
+            lambda a: a["y_train"].__setitem__(0, -1), "y_train has negative label -1", id="negative-label"
+        ),
+        pytest.param(
+            lambda a: a.update(y_test=np.where(a["y_test"] == 2, 0, a["y_test"])),
+            r"class\(es\) 2 have no test samples",
+            id="class-without-test-samples",
+        ),
+        pytest.param(
+            lambda a: a["y_test"].__setitem__(0, 3),
+            r"train/test class mismatch: class\(es\) 3 appear in y_test but not in y_train",
+            id="train-test-mismatch",
+        ),
+        pytest.param(
+            lambda a: a.update(
+                y_train=np.where(a["y_train"] == 1, 2, a["y_train"]),
+                y_test=np.where(a["y_test"] == 1, 2, a["y_test"]),
+            ),
+            r"class\(es\) 1 have no training or test samples",
+            id="label-gap",
+        ),
+        pytest.param(
+            lambda a: a.update(x_train=a["x_train"][:0], y_train=a["y_train"][:0]),
+            r"x_train is empty",
+            id="empty",
+        ),
+        pytest.param(
+            lambda a: a.update(class_names=np.array(["a", "b"])),
+            r"label 2 is out of range for 2 class_names",
+            id="label-out-of-range",
+        ),
+        pytest.param(
+            lambda a: a.update(class_names=np.array([1, 2, 3])),
+            "class_names must be a 1-D array of strings",
+            id="class-names-not-strings",
+        ),
     ],
 )
 def test_npz_errors_name_the_file_and_the_problem(tmp_path, change, message):
@@ -142,7 +205,9 @@ def test_image_folder_errors(tmp_path):
 
     root = _image_folder(tmp_path / "c")
     (root / "test" / "bird").mkdir()
-    with pytest.raises(DataError, match=r"train/test class mismatch: class\(es\) bird are in test/ but not in train/"):
+    with pytest.raises(
+        DataError, match=r"train/test class mismatch: class\(es\) bird are in test/ but not in train/"
+    ):
         load_image_folder(root)
 
     root = _image_folder(tmp_path / "d")

@@ -19,7 +19,9 @@ def test_counts_match_naive_loop_and_state_is_untouched(future):
     model(torch.randn(8, 1, 8, 8))  # move BatchNorm statistics away from their defaults
     buffers = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    ev = ContinualEvaluator(x, y, tasks=tasks, n_classes=5, device=torch.device("cpu"), batch_size=7, future_tasks=future)
+    ev = ContinualEvaluator(
+        x, y, tasks=tasks, n_classes=5, device=torch.device("cpu"), batch_size=7, future_tasks=future
+    )
     seen = torch.zeros(5, dtype=torch.bool)
     seen[[3, 1, 0]] = True
 

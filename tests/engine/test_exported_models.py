@@ -8,11 +8,11 @@ import zipfile
 
 import pytest
 import torch
-from clgate.schemas.evaluation_log import EvaluationLog
 
 from clgate.engine import run_job
 from clgate.engine.errors import ModelError
 from clgate.engine.models import build_model, inspect_model_file, load_exported, load_torchscript
+from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _export(model: torch.nn.Module, path, n_features: int = 8):
@@ -68,6 +68,8 @@ def test_pickled_weights_and_compiled_code_are_refused(tmp_path):
     with pytest.raises(ModelError, match="stored as a pickle"):
         load_exported(_rewrite(good, tmp_path / "pickled.pt2", pickled))
     with pytest.raises(ModelError, match="compiled code"):
-        load_exported(_rewrite(good, tmp_path / "aoti.pt2", lambda n, d: b"\x7fELF" if n == "__extra__" else d))
+        load_exported(
+            _rewrite(good, tmp_path / "aoti.pt2", lambda n, d: b"\x7fELF" if n == "__extra__" else d)
+        )
     with pytest.raises(ModelError, match="evaluated, not retrained"):
         load_torchscript(good)

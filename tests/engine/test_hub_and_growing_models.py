@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from clgate.schemas.evaluation_log import EvaluationLog
 
 from clgate.engine import run_job
 from clgate.engine.errors import ModelError
 from clgate.engine.models import GrowingLinear, build_model, grow_head, make_growing_head
+from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def test_growing_head_parameters_grow_with_the_tasks(tmp_path, synthetic_spec):
@@ -26,7 +26,9 @@ def test_growing_head_parameters_grow_with_the_tasks(tmp_path, synthetic_spec):
     # the final weights evaluate as a checkpoint of the last task: the same counts as the run's end
     final = tmp_path / "run" / log.meta["final_model"]
     cks = [f"{final}@1:1", f"{final}@2:2", f"{final}@3:3"]
-    (ev,) = run_job(synthetic_spec(**{"mode": "evaluate", "checkpoints": cks, "model.head": "growing"}), tmp_path / "ev")
+    (ev,) = run_job(
+        synthetic_spec(**{"mode": "evaluate", "checkpoints": cks, "model.head": "growing"}), tmp_path / "ev"
+    )
     assert EvaluationLog.load(ev).points[-1].correct == log.points[-1].correct
 
 
@@ -52,20 +54,26 @@ def _torchvision_usable() -> bool:
     return True
 
 
-@pytest.mark.skipif(not _torchvision_usable(), reason="torchvision not installed or not loadable with this torch")
+@pytest.mark.skipif(
+    not _torchvision_usable(), reason="torchvision not installed or not loadable with this torch"
+)
 def test_torchvision_model_retrained_and_evaluated(tmp_path):
     import numpy as np
-    from clgate.schemas.job import JobSpec
     from safetensors.torch import save_file
+
+    from clgate.schemas.job import JobSpec
 
     rng = np.random.default_rng(0)
     x = rng.integers(0, 255, size=(24, 3, 16, 16), dtype=np.uint8)
     y = np.repeat(np.arange(4), 6)
     np.savez(tmp_path / "d.npz", x_train=x, y_train=y, x_test=x[::2], y_test=y[::2])
     base = {
-        "data": {"kind": "npz", "path": str(tmp_path / "d.npz")}, "scenario": {"n_tasks": 2},
-        "model": {"arch": "torchvision:resnet18"}, "training": {"batch_size": 8, "iterations": 2, "save_final": True},
-        "evaluation": {"eval_every": 1}, "device": "cpu",
+        "data": {"kind": "npz", "path": str(tmp_path / "d.npz")},
+        "scenario": {"n_tasks": 2},
+        "model": {"arch": "torchvision:resnet18"},
+        "training": {"batch_size": 8, "iterations": 2, "save_final": True},
+        "evaluation": {"eval_every": 1},
+        "device": "cpu",
     }
     (path,) = run_job(JobSpec.model_validate(base), tmp_path / "run")
     log = EvaluationLog.load(path)
@@ -73,7 +81,9 @@ def test_torchvision_model_retrained_and_evaluated(tmp_path):
     # its weights (torchvision's own keys) evaluate as checkpoints of the same architecture
     model = build_model("torchvision:resnet18", (3, 16, 16), 4)
     save_file(model.state_dict(), str(tmp_path / "w.safetensors"))
-    spec = JobSpec.model_validate(base | {"mode": "evaluate", "checkpoints": [str(tmp_path / "w.safetensors")] * 2})
+    spec = JobSpec.model_validate(
+        base | {"mode": "evaluate", "checkpoints": [str(tmp_path / "w.safetensors")] * 2}
+    )
     (ev,) = run_job(spec, tmp_path / "ev")
     assert EvaluationLog.load(ev).points[-1].total == [3, 3, 3, 3]
 
@@ -82,8 +92,12 @@ def test_hub_architecture_names_are_validated():
     from clgate.schemas.job import JobSpec, JobSpecError
 
     with pytest.raises((JobSpecError, ValueError), match="torchvision:NAME"):
-        JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "torchvision"}})
-    spec = JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "timm:resnet18"}})
+        JobSpec.model_validate(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "torchvision"}}
+        )
+    spec = JobSpec.model_validate(
+        {"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "timm:resnet18"}}
+    )
     assert spec.model.arch == "timm:resnet18"
     with pytest.raises(ModelError, match="needs image inputs"):
         build_model("torchvision:resnet18", (64,), 10)

@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from clgate.schemas.evaluation_log import EvaluationLog
 from torch.utils.data import DataLoader, TensorDataset
 
 from clgate import Recorder
 from clgate.engine.data import load_digits
 from clgate.engine.lightning import RecorderCallback
+from clgate.schemas.evaluation_log import EvaluationLog
 
 TASKS = [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
 
@@ -22,7 +22,9 @@ TASKS = [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
 class Classifier(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        self.net = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -51,14 +53,19 @@ def test_callback_writes_the_same_log_as_a_plain_loop(tmp_path):
     module = Classifier()
     recorder = Recorder(data.x_test, data.y_test, tasks=TASKS, eval_every=7, device="cpu")
     callback = RecorderCallback(
-        recorder, path=tmp_path / "log.json", train_bytes=lambda trainer: sum(
-            t.nbytes for t in trainer.train_dataloader.dataset.tensors
-        )
+        recorder,
+        path=tmp_path / "log.json",
+        train_bytes=lambda trainer: sum(t.nbytes for t in trainer.train_dataloader.dataset.tensors),
     )
     for ds in sets:
         trainer = pl.Trainer(
-            max_epochs=2, callbacks=[callback], accelerator="cpu", logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False,
+            max_epochs=2,
+            callbacks=[callback],
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
         )
         trainer.fit(module, DataLoader(ds, batch_size=32, shuffle=False))
     lightning_log = EvaluationLog.load(tmp_path / "log.json")
@@ -78,7 +85,9 @@ def test_callback_writes_the_same_log_as_a_plain_loop(tmp_path):
 
     assert not lightning_log.partial
     assert [p.model_dump() for p in lightning_log.points] == [p.model_dump() for p in plain.log().points]
-    assert [r.model_dump() for r in lightning_log.resources] == [r.model_dump() for r in plain.log().resources]
+    assert [r.model_dump() for r in lightning_log.resources] == [
+        r.model_dump() for r in plain.log().resources
+    ]
     ends = [p.iteration for p in lightning_log.points if p.task_end]
     assert ends[0] == 2 * ((len(sets[0]) + 31) // 32)  # two epochs of batches of 32
     assert sum(lightning_log.points[-1].correct) > 0.3 * sum(lightning_log.points[-1].total)
@@ -92,8 +101,14 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     callback = RecorderCallback(recorder)
     loader = DataLoader(sets[0], batch_size=16)
     trainer = pl.Trainer(
-        max_epochs=1, callbacks=[callback], accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
+        max_epochs=1,
+        callbacks=[callback],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accumulate_grad_batches=2,
     )
     trainer.fit(module, loader)
     assert recorder.iteration == trainer.global_step == (len(loader) + 1) // 2

@@ -58,7 +58,11 @@ def test_uint8_set_larger_than_its_float_budget_trains_and_evaluates(tmp_path):
     env = dict(os.environ, MALLOC_ARENA_MAX="1", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path / "big.npz"), str(tmp_path / "out"), str(budget)],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -87,7 +87,11 @@ def test_pickled_whole_model_is_refused_with_export_hint(tmp_path):
     with pytest.raises(ModelError) as info:
         load_state_dict_file(path)
     message = str(info.value)
-    assert "pickled whole model" in message and "torch.jit.save" in message and "safetensors.torch.save_file" in message
+    assert (
+        "pickled whole model" in message
+        and "torch.jit.save" in message
+        and "safetensors.torch.save_file" in message
+    )
 
 
 def test_weights_from_safetensors_and_state_dict(tmp_path):
@@ -110,9 +114,13 @@ def test_weights_from_safetensors_and_state_dict(tmp_path):
         )
         assert torch.equal(model(x), src(x)) and len(info["model_sha256"]) == 64
     with pytest.raises(ModelError, match="weights do not fit the architecture"):
-        load_model(arch="mlp", weights=tmp_path / "w.pt", torchscript=None, input_shape=(8,), n_classes=6, hidden=32)
+        load_model(
+            arch="mlp", weights=tmp_path / "w.pt", torchscript=None, input_shape=(8,), n_classes=6, hidden=32
+        )
     with pytest.raises(ModelError, match=r"size mismatch for net.5.weight"):
-        load_model(arch="mlp", weights=tmp_path / "w.pt", torchscript=None, input_shape=(8,), n_classes=4, hidden=16)
+        load_model(
+            arch="mlp", weights=tmp_path / "w.pt", torchscript=None, input_shape=(8,), n_classes=4, hidden=16
+        )
     torch.jit.save(torch.jit.script(src), str(tmp_path / "ts.pt"))
     with pytest.raises(ModelError, match=r"outputs \(2, 6\) for a batch of 2; expected \(2, 4\)"):
         load_model(arch=None, weights=None, torchscript=tmp_path / "ts.pt", input_shape=(8,), n_classes=4)
@@ -128,8 +136,13 @@ def test_torchscript_candidate_trains_in_place_and_evaluates(tmp_path, synthetic
     before = path.read_bytes()
     assert inspect_model_file(path) == "torchscript"
     spec = synthetic_spec(
-        **{"model": {"torchscript": str(path)}, "strategy.name": "er", "strategy.mem_size": 24,
-           "training.epochs": 3, "training.save_final": True}
+        **{
+            "model": {"torchscript": str(path)},
+            "strategy.name": "er",
+            "strategy.mem_size": 24,
+            "training.epochs": 3,
+            "training.save_final": True,
+        }
     )
     (log_path,) = run_job(spec, tmp_path / "out")
     log = EvaluationLog.load(log_path)
@@ -143,7 +156,12 @@ def test_torchscript_candidate_trains_in_place_and_evaluates(tmp_path, synthetic
 
 
 def test_builtin_architectures_shapes():
-    for arch, shape in (("mlp", (1, 8, 8)), ("cnn", (1, 8, 8)), ("cnn", (8, 8)), ("resnet18-slim", (3, 12, 12))):
+    for arch, shape in (
+        ("mlp", (1, 8, 8)),
+        ("cnn", (1, 8, 8)),
+        ("cnn", (8, 8)),
+        ("resnet18-slim", (3, 12, 12)),
+    ):
         model = build_model(arch, shape, 7)
         assert model(torch.zeros(2, *shape)).shape == (2, 7)
     with pytest.raises(ModelError, match="needs image inputs"):

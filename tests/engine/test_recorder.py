@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from clgate.schemas.evaluation_log import EvaluationLog
 
 from clgate import Recorder
 from clgate.engine import run_job
@@ -18,6 +17,7 @@ from clgate.engine.data import load_digits
 from clgate.engine.errors import EngineInputError
 from clgate.engine.models import load_model
 from clgate.engine.scenario import build_tasks
+from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _plain_loop(*, seed: int, eval_every: int, epochs: int, batch_size: int, lr: float) -> EvaluationLog:
@@ -29,8 +29,13 @@ def _plain_loop(*, seed: int, eval_every: int, epochs: int, batch_size: int, lr:
         arch="mlp", weights=None, torchscript=None, input_shape=data.input_shape, n_classes=10, hidden=400
     )
     recorder = Recorder(
-        data.x_test, data.y_test, tasks=tasks, class_names=data.class_names, eval_every=eval_every,
-        seed=seed, device="cpu",
+        data.x_test,
+        data.y_test,
+        tasks=tasks,
+        class_names=data.class_names,
+        eval_every=eval_every,
+        seed=seed,
+        device="cpu",
     )
     x_train, y_train = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
     generator = torch.Generator().manual_seed(seed)

@@ -139,8 +139,14 @@ def test_first_task_learned_is_evaluated_not_trained(tmp_path, synthetic_spec):
 
     weights = tmp_path / "candidate.safetensors"
     save_file(build_model("mlp", (8,), 6, hidden=32).state_dict(), str(weights))
-    spec = synthetic_spec(**{"scenario.first_task_learned": True, "strategy.name": "er", "strategy.mem_size": 12,
-                             "model.weights": str(weights)})
+    spec = synthetic_spec(
+        **{
+            "scenario.first_task_learned": True,
+            "strategy.name": "er",
+            "strategy.mem_size": 12,
+            "model.weights": str(weights),
+        }
+    )
     (path,) = run_job(spec, tmp_path)
     log = EvaluationLog.load(path)
     assert log.points[0].iteration == 0 and log.points[0].task == 1 and log.points[0].task_end
@@ -165,15 +171,26 @@ def test_explicit_groups_and_shuffled_order(tmp_path, synthetic_spec):
 
 
 def test_resources_per_task(tmp_path, digits_spec):
-    spec = digits_spec(**{"strategy.name": "er", "strategy.mem_size": 50, "training.epochs": 1, "evaluation.eval_every": None})
+    spec = digits_spec(
+        **{
+            "strategy.name": "er",
+            "strategy.mem_size": 50,
+            "training.epochs": 1,
+            "evaluation.eval_every": None,
+        }
+    )
     (path,) = run_job(spec, tmp_path)
     log = EvaluationLog.load(path)
     assert len(log.resources) == 5
-    per_sample_fb = 2 * (64 * 400 + 400 * 400 + 400 * 10) + (400 * 400 + 400 * 10)  # fwd + weight grads + input grads
+    per_sample_fb = 2 * (64 * 400 + 400 * 400 + 400 * 10) + (
+        400 * 400 + 400 * 10
+    )  # fwd + weight grads + input grads
     assert log.meta["muladds_per_sample"]["train"] == pytest.approx(per_sample_fb)
     for k, r in enumerate(log.resources):
         n_k = r.train_bytes // (64 * 4 + 8)
-        assert r.train_bytes == n_k * (64 * 4 + 8) and 270 < n_k < 300  # two digit classes, 80 % of ~180 images each
+        assert (
+            r.train_bytes == n_k * (64 * 4 + 8) and 270 < n_k < 300
+        )  # two digit classes, 80 % of ~180 images each
         assert r.model_params == 190410
         assert r.ops_pass == pytest.approx(n_k * per_sample_fb)
         # new samples once (1 epoch) plus a replay batch of 16 at every update after the first
@@ -242,7 +259,11 @@ def test_evaluate_mode_counts_match_a_naive_loop(tmp_path, synthetic_spec):
     spec = synthetic_spec(mode="evaluate", checkpoints=[str(p) for p in paths])
     (path,) = run_job(spec, tmp_path / "out")
     log = EvaluationLog.load(path)
-    assert [(p.iteration, p.task, p.task_end) for p in log.points] == [(1, 1, True), (2, 2, True), (3, 3, True)]
+    assert [(p.iteration, p.task, p.task_end) for p in log.points] == [
+        (1, 1, True),
+        (2, 2, True),
+        (3, 3, True),
+    ]
     assert log.resources is None
     ds = load_data(spec.data)
     for k, (point, model) in enumerate(zip(log.points, models)):
@@ -266,7 +287,10 @@ def test_evaluate_mode_with_iterations(tmp_path, synthetic_spec):
     (path,) = run_job(synthetic_spec(mode="evaluate", checkpoints=cks), tmp_path / "out")
     log = EvaluationLog.load(path)
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [
-        (5, 1, False), (10, 1, True), (20, 2, True), (30, 3, True)
+        (5, 1, False),
+        (10, 1, True),
+        (20, 2, True),
+        (30, 3, True),
     ]
     bad = synthetic_spec(mode="evaluate", checkpoints=[str(p) for p in paths])
     with pytest.raises(EngineInputError, match="4 given for 3 tasks"):
@@ -278,7 +302,13 @@ def test_run_job_resolves_relative_paths_against_base_dir(tmp_path, synthetic_sp
 
     ds = make_synthetic(n_classes=4, n_features=5, train_per_class=10, test_per_class=4)
     (tmp_path / "data").mkdir()
-    np.savez(tmp_path / "data" / "d.npz", x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test)
+    np.savez(
+        tmp_path / "data" / "d.npz",
+        x_train=ds.x_train,
+        y_train=ds.y_train,
+        x_test=ds.x_test,
+        y_test=ds.y_test,
+    )
     spec = synthetic_spec(**{"data": {"kind": "npz", "path": "data/d.npz"}, "scenario.n_tasks": 2})
     (path,) = run_job(spec, tmp_path / "out", base_dir=tmp_path)
     log = EvaluationLog.load(path)

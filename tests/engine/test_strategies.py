@@ -24,7 +24,11 @@ from clgate.schemas.evaluation_log import EvaluationLog
 
 def _ctx(n_classes: int = 4) -> StrategyContext:
     return StrategyContext(
-        model=torch.nn.Linear(3, n_classes), n_classes=n_classes, device=torch.device("cpu"), seed=0, batch_size=8
+        model=torch.nn.Linear(3, n_classes),
+        n_classes=n_classes,
+        device=torch.device("cpu"),
+        seed=0,
+        batch_size=8,
     )
 
 
@@ -47,7 +51,9 @@ def test_unknown_strategy_and_parameters():
         get_strategy("rehearsal")
     with pytest.raises(StrategyError, match=r"strategy.params.mem_szie: er takes no parameter 'mem_szie'"):
         create_strategy("er", {"mem_szie": 10}, _ctx())
-    with pytest.raises(StrategyError, match=r"strategy.params.mem_size: Input should be greater than or equal to 1"):
+    with pytest.raises(
+        StrategyError, match=r"strategy.params.mem_size: Input should be greater than or equal to 1"
+    ):
         create_strategy("er", {"mem_size": 0}, _ctx())
     # a parameter of another strategy is ignored (one spec can switch strategy.name), and reported
     strategy, ignored = create_strategy("finetune", {"mem_size": 100}, _ctx())
@@ -134,13 +140,17 @@ def test_third_party_strategy_through_entry_point(tmp_path, monkeypatch, synthet
     dist = tmp_path / "clgate_test_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: clgate-test-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[clgate.strategies]\nsmooth = clgate_test_plugin:LabelSmoothing\n")
+    (dist / "entry_points.txt").write_text(
+        "[clgate.strategies]\nsmooth = clgate_test_plugin:LabelSmoothing\n"
+    )
     assert "smooth" not in available_strategies()
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "smooth" in available_strategies()
     # predict_over: all — label smoothing over logits masked to -inf (predict_over: seen) is an infinite
     # loss, which the runner now stops as a diverged run (issue 9)
-    spec = synthetic_spec(**{"strategy.name": "smooth", "strategy.smoothing": 0.1, "model.predict_over": "all"})
+    spec = synthetic_spec(
+        **{"strategy.name": "smooth", "strategy.smoothing": 0.1, "model.predict_over": "all"}
+    )
     (path,) = run_job(spec, tmp_path / "out")
     log = EvaluationLog.load(path)
     assert log.meta["strategy"] == "smooth" and log.meta["strategy_params"] == {"smoothing": 0.1}
@@ -152,5 +162,7 @@ def test_broken_plugin_is_reported(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[clgate.strategies]\nbroken = no_such_module_xyz:Thing\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(StrategyError, match=r"strategy plugin 'broken' \(no_such_module_xyz:Thing\) cannot be loaded"):
+    with pytest.raises(
+        StrategyError, match=r"strategy plugin 'broken' \(no_such_module_xyz:Thing\) cannot be loaded"
+    ):
         get_strategy("broken")

@@ -52,8 +52,14 @@ def test_the_graph_check_catches_what_the_code_scan_misses(tmp_path, monkeypatch
 
 
 def test_an_ordinary_model_loads(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3),
-                                torch.nn.BatchNorm1d(3), torch.nn.Dropout(0.1))
+    model = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 3),
+        torch.nn.BatchNorm1d(3),
+        torch.nn.Dropout(0.1),
+    )
     loaded = load_torchscript(_save(model, tmp_path / "ok.pt"))
     assert loaded(torch.zeros(2, 4)).shape == (2, 3)
 

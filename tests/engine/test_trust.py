@@ -9,8 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from clgate.schemas.evaluation_log import EvaluationLog
-from clgate.schemas.job import JobSpec
 
 from clgate.engine import run_job
 from clgate.engine.errors import DataError, EngineInputError
@@ -18,16 +16,14 @@ from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.runner import TrainingDiverged
 from clgate.metrics import compute_metrics
 from clgate.policy import decide, parse_policy
+from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.job import JobSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
 
 
-def test_a_diverged_ewc_run_stops_names_task_and_iteration_and_its_log_fails(
-    tmp_path, synthetic_spec
-):
-    spec = synthetic_spec(
-        **{"strategy.name": "ewc", "strategy.ewc_lambda": 1e6, "training.lr": 0.5}
-    )
+def test_a_diverged_ewc_run_stops_names_task_and_iteration_and_its_log_fails(tmp_path, synthetic_spec):
+    spec = synthetic_spec(**{"strategy.name": "ewc", "strategy.ewc_lambda": 1e6, "training.lr": 0.5})
     with pytest.raises(
         TrainingDiverged, match=r"training diverged at task 2, iteration \d+: loss is (nan|inf)"
     ) as err:
@@ -61,9 +57,7 @@ def test_non_finite_logits_are_wrong_predictions_never_class_0():
     assert ev.evaluate(masked, model, seen_tasks=1)[0] == [2, 0, 0]
 
 
-def test_the_subsample_is_stratified_and_shared_by_seeds_and_with_the_baseline(
-    tmp_path, synthetic_spec
-):
+def test_the_subsample_is_stratified_and_shared_by_seeds_and_with_the_baseline(tmp_path, synthetic_spec):
     spec = synthetic_spec(**{"evaluation.subsample_per_task": 5, "seeds": [0, 1]})
     a, b = run_job(spec, tmp_path / "er")
     (base,) = run_job(
@@ -123,9 +117,7 @@ def _image_job(path: Path, arch: str, **extra: object) -> JobSpec:
 def test_channels_last_images_need_the_layout_and_then_match_channels_first(tmp_path):
     last = _images(tmp_path / "last.npz", last=True)
     first = _images(tmp_path / "first.npz", last=False)
-    with pytest.raises(
-        DataError, match=r"channels last \(N, H, W, C\), but data.layout is channels_first"
-    ):
+    with pytest.raises(DataError, match=r"channels last \(N, H, W, C\), but data.layout is channels_first"):
         run_job(_image_job(last, "cnn"), tmp_path / "a")
     (a,) = run_job(_image_job(last, "cnn", data={"layout": "channels_last"}), tmp_path / "b")
     (b,) = run_job(_image_job(first, "cnn"), tmp_path / "c")

@@ -112,8 +112,12 @@ def random_log(
     if partial and finished < K:
         for _ in range(trailing):
             add_point(finished + 1, False)
-    doc: dict[str, Any] = {"format": "clgate.evaluation-log/v1", "tasks": tasks, "points": points,
-                           "meta": {"seed": seed}}
+    doc: dict[str, Any] = {
+        "format": "clgate.evaluation-log/v1",
+        "tasks": tasks,
+        "points": points,
+        "meta": {"seed": seed},
+    }
     if rng.random() < 0.5 and given_tasks is None:
         doc["class_names"] = [f"c{c}" for c in range(C)]
     if partial:
@@ -124,11 +128,16 @@ def random_log(
         res = []
         for k in range(n_res):
             params += rng.choice([0, 0, rng.randint(1, 3000)])
-            res.append({
-                "task": k + 1, "model_params": params, "buffer_bytes": rng.randint(0, 4000),
-                "train_bytes": rng.randint(1000, 5000), "ops_train": float(rng.randint(10, 1000)),
-                "ops_pass": float(rng.randint(1, 20)),
-            })
+            res.append(
+                {
+                    "task": k + 1,
+                    "model_params": params,
+                    "buffer_bytes": rng.randint(0, 4000),
+                    "train_bytes": rng.randint(1000, 5000),
+                    "ops_train": float(rng.randint(10, 1000)),
+                    "ops_pass": float(rng.randint(1, 20)),
+                }
+            )
         doc["resources"] = res
     return doc
 
@@ -277,8 +286,13 @@ def reference_metrics(
             spread = z * math.sqrt(phat * (1 - phat) / n + z * z / (4 * n * n))
             return max(0.0, (centre - spread) / (1 + z * z / n))
 
-        m["mica_lcb"] = per_task(lambda k: min(
-            lower(pts[ends[k]]["correct"][c], pts[ends[k]]["total"][c]) for c in range(C) if task_of[c] <= k))
+        m["mica_lcb"] = per_task(
+            lambda k: min(
+                lower(pts[ends[k]]["correct"][c], pts[ends[k]]["total"][c])
+                for c in range(C)
+                if task_of[c] <= k
+            )
+        )
     else:
         m["mica_lcb"] = [None] * K
     m["class_regression"] = None
@@ -352,7 +366,9 @@ def assert_same(actual: Any, expected: Any, what: str, tol: float = 1e-9) -> Non
         assert actual is None, f"{what}: library {actual}, reference null"
     else:
         assert actual is not None, f"{what}: library null, reference {expected}"
-        assert math.isclose(actual, expected, rel_tol=tol, abs_tol=tol), f"{what}: library {actual}, reference {expected}"
+        assert math.isclose(actual, expected, rel_tol=tol, abs_tol=tol), (
+            f"{what}: library {actual}, reference {expected}"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,9 @@ def doc(make_log):
         pytest.param({"windows": [2.5]}, "windows", id="window-float"),
         pytest.param({"weights": [1 / 6] * 6}, "weights: expected 7", id="weights-length"),
         pytest.param({"weights": [0.5] * 7}, "weights: must sum to 1", id="weights-sum"),
-        pytest.param({"weights": [-0.1, 0.3, 0.2, 0.2, 0.2, 0.1, 0.1]}, "weights: must be finite", id="weights-neg"),
+        pytest.param(
+            {"weights": [-0.1, 0.3, 0.2, 0.2, 0.2, 0.1, 0.1]}, "weights: must be finite", id="weights-neg"
+        ),
         pytest.param({"epsilon": 0.5}, "epsilon", id="epsilon"),
         pytest.param({"confidence": 1.0}, "confidence", id="confidence"),
         pytest.param({"task_accuracy": "weighted"}, "task_accuracy", id="mode"),
@@ -62,9 +64,15 @@ def test_micro_differs_from_macro_when_class_sizes_differ():
 
 
 def test_k1_log():
-    log = EvaluationLog.parse({"tasks": [[0, 1]], "points": [
-        {"iteration": 0, "task": 1, "accuracy": [0.2, 0.1]},
-        {"iteration": 5, "task": 1, "task_end": True, "accuracy": [0.9, 0.7]}]})
+    log = EvaluationLog.parse(
+        {
+            "tasks": [[0, 1]],
+            "points": [
+                {"iteration": 0, "task": 1, "accuracy": [0.2, 0.1]},
+                {"iteration": 5, "task": 1, "task_end": True, "accuracy": [0.9, 0.7]},
+            ],
+        }
+    )
     result = compute_metrics(log, windows=[2])
     m = result.metrics
     assert m["acc"] == [pytest.approx(0.8)] and m["mica"] == [0.7] and m["af"] == [None]
@@ -76,14 +84,21 @@ def test_k1_log():
 
 def test_partial_log_has_k_entries_and_scalars_over_finished_tasks(doc):
     ends = [i for i, p in enumerate(doc["points"]) if p["task_end"]]
-    cut = {**copy.deepcopy(doc), "points": doc["points"][: ends[1] + 2], "partial": True}  # one point into task 3
+    cut = {
+        **copy.deepcopy(doc),
+        "points": doc["points"][: ends[1] + 2],
+        "partial": True,
+    }  # one point into task 3
     result = compute_metrics(EvaluationLog.parse(cut))
     assert result.finished_tasks == 2 and "partial" in result.notes
     assert len(result.metrics["acc"]) == 3 and result.metrics["acc"][2] is None
-    full = compute_metrics(EvaluationLog.parse({**doc, "points": doc["points"][: ends[1] + 1], "partial": True}))
+    full = compute_metrics(
+        EvaluationLog.parse({**doc, "points": doc["points"][: ends[1] + 1], "partial": True})
+    )
     assert result.metrics == full.metrics  # points after the last finished task end are outside the horizon
-    assert [c.final_accuracy is None for c in result.classes] == [t == 2 for t in LogArrays.from_log(
-        EvaluationLog.parse(doc)).class_task]
+    assert [c.final_accuracy is None for c in result.classes] == [
+        t == 2 for t in LogArrays.from_log(EvaluationLog.parse(doc)).class_task
+    ]
 
 
 def test_partial_log_without_a_task_end(doc):
@@ -164,8 +179,12 @@ def test_runs_aggregate_mean_std_worst_and_cl_stability(make_log, reference, ref
     per_run = [reference(d, windows=(10,)) for d in docs]
     for metric_id in ("acc", "mica", "wamica", "af", "wf10", "ce"):
         agg = runs.aggregates[metric_id]
-        values = np.array([[np.nan if v is None else v for v in np.atleast_1d(np.array(r[metric_id], dtype=float))]
-                           for r in per_run])
+        values = np.array(
+            [
+                [np.nan if v is None else v for v in np.atleast_1d(np.array(r[metric_id], dtype=float))]
+                for r in per_run
+            ]
+        )
         worst = values.min(axis=0) if metric_info(metric_id).higher_is_better else values.max(axis=0)
         got = [np.nan if v is None else v for v in np.atleast_1d(np.array(agg.worst, dtype=float))]
         np.testing.assert_allclose(got, worst)
@@ -175,7 +194,8 @@ def test_runs_aggregate_mean_std_worst_and_cl_stability(make_log, reference, ref
     criteria = [[r[c] for c in CL_CRITERIA] for r in per_run]
     assert runs.metrics["cl_stability"] == pytest.approx(reference_stability(criteria))
     assert runs.metrics["cl_stability"] == pytest.approx(
-        1 - sum(statistics.stdev(col) / 7 for col in zip(*criteria, strict=True)))
+        1 - sum(statistics.stdev(col) / 7 for col in zip(*criteria, strict=True))
+    )
 
 
 def test_one_run_has_no_stability_and_runs_must_share_tasks(make_log):
@@ -183,7 +203,9 @@ def test_one_run_has_no_stability_and_runs_must_share_tasks(make_log):
     assert one.metrics["cl_stability"] is None and "several runs" in one.reasons["cl_stability"]
     assert one.aggregates["acc"].std == [None] * len(one.metrics["acc"])
     with pytest.raises(ValueError, match="logs\\[1\\]"):
-        compute_runs([EvaluationLog.parse(make_log(1, sizes=[1, 2])), EvaluationLog.parse(make_log(2, sizes=[2, 1]))])
+        compute_runs(
+            [EvaluationLog.parse(make_log(1, sizes=[1, 2])), EvaluationLog.parse(make_log(2, sizes=[2, 1]))]
+        )
     with pytest.raises(ValueError, match="logs"):
         compute_runs([])
 
@@ -209,8 +231,14 @@ def test_class_regression_by_hand():
 
 
 def test_a_baseline_with_accuracies_only_serves_a_micro_run():
-    counts = EvaluationLog.parse({"tasks": [[0], [1]], "points": [
-        {"iteration": 1, "task": 1, "task_end": True, "correct": [9, 0], "total": [10, 0]},
-        {"iteration": 2, "task": 2, "task_end": True, "correct": [6, 8], "total": [10, 10]}]})
+    counts = EvaluationLog.parse(
+        {
+            "tasks": [[0], [1]],
+            "points": [
+                {"iteration": 1, "task": 1, "task_end": True, "correct": [9, 0], "total": [10, 0]},
+                {"iteration": 2, "task": 2, "task_end": True, "correct": [6, 8], "total": [10, 10]},
+            ],
+        }
+    )
     result = compute_metrics(counts, task_accuracy="micro", baseline=_final_only([0.9, 0.6]))
     assert result.metrics["class_regression"] == pytest.approx(0.3)

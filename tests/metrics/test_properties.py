@@ -154,8 +154,12 @@ def test_wc_acc_at_a_task_end_never_exceeds_acc_there(doc, micro):
 def test_windowed_metrics_with_w2_on_a_monotone_sequence(values, decreasing):
     """One task, one class: w = 2 sees consecutive pairs only; a monotone curve moves one way."""
     seq = sorted(values, reverse=decreasing)
-    points = [{"iteration": i, "task": 1, "task_end": i == len(seq) - 1, "accuracy": [v]} for i, v in enumerate(seq)]
-    m = compute_metrics(EvaluationLog.parse({"tasks": [[0]], "points": points}), windows=(2, len(seq) + 1)).metrics
+    points = [
+        {"iteration": i, "task": 1, "task_end": i == len(seq) - 1, "accuracy": [v]} for i, v in enumerate(seq)
+    ]
+    m = compute_metrics(
+        EvaluationLog.parse({"tasks": [[0]], "points": points}), windows=(2, len(seq) + 1)
+    ).metrics
     steps = np.diff(seq) if len(seq) > 1 else np.zeros(1)
     big = len(seq) + 1
     if decreasing:
@@ -192,6 +196,8 @@ def test_streaming_equals_batch(doc, data):
             got = part.metrics[metric_id]
             assert got[k + 1 :] == [None] * (K - k - 1)
             for x, y in zip(got[: k + 1], value[: k + 1], strict=True):
-                assert (x is None) == (y is None) and (x is None or math.isclose(x, y, abs_tol=1e-12)), metric_id
+                assert (x is None) == (y is None) and (x is None or math.isclose(x, y, abs_tol=1e-12)), (
+                    metric_id
+                )
     if k == K - 1:
         assert part.metrics == full.metrics

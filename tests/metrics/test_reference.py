@@ -72,10 +72,13 @@ def test_baseline_matches_reference(seed, make_log, reference, same):
     result = compute_metrics(EvaluationLog.parse(candidate), baseline=EvaluationLog.parse(base))
     expected = reference(candidate, baseline=base)
     same(result.metrics["class_regression"], expected["class_regression"], "class_regression")
+
     def last(d):
         return [c / t for c, t in zip(d["points"][-1]["correct"], d["points"][-1]["total"], strict=True)]
 
-    same(result.class_deltas, [x - y for x, y in zip(last(candidate), last(base), strict=True)], "class_deltas")
+    same(
+        result.class_deltas, [x - y for x, y in zip(last(candidate), last(base), strict=True)], "class_deltas"
+    )
 
 
 def test_reference_covers_every_registered_metric(make_log, reference):

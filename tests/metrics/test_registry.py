@@ -77,7 +77,9 @@ def test_a_metric_whose_hard_need_is_missing_is_null_with_a_reason(need, full_do
     baseline = EvaluationLog.parse(baseline_doc)
     if need == "counts":
         for p in doc["points"]:
-            p["accuracy"] = [k / n if n else None for k, n in zip(p.pop("correct"), p.pop("total"), strict=True)]
+            p["accuracy"] = [
+                k / n if n else None for k, n in zip(p.pop("correct"), p.pop("total"), strict=True)
+            ]
     elif need == "future_tasks":
         for p in doc["points"]:
             seen = {c for t in doc["tasks"][: p["task"]] for c in t}
@@ -103,8 +105,15 @@ def test_reference_covers_the_registry(make_log, reference):
 
 
 def test_public_api_is_exported():
-    for name in ("LogArrays", "compute_metrics", "compute_runs", "REGISTRY", "MetricInfo", "metric_info",
-                 "wilson_interval"):
+    for name in (
+        "LogArrays",
+        "compute_metrics",
+        "compute_runs",
+        "REGISTRY",
+        "MetricInfo",
+        "metric_info",
+        "wilson_interval",
+    ):
         assert name in M.__all__ and hasattr(M, name)
     for name in M.__all__:
         assert getattr(M, name) is not None

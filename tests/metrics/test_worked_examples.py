@@ -26,8 +26,14 @@ def random_classifier_log(sizes: list[int]) -> EvaluationLog:
     seen = 0
     for k, s in enumerate(sizes):
         seen += s
-        points.append({"iteration": 10 * (k + 1), "task": k + 1, "task_end": True,
-                       "accuracy": [1 / seen if c < seen else None for c in range(C)]})
+        points.append(
+            {
+                "iteration": 10 * (k + 1),
+                "task": k + 1,
+                "task_end": True,
+                "accuracy": [1 / seen if c < seen else None for c in range(C)],
+            }
+        )
     return EvaluationLog.parse({"tasks": tasks, "points": points})
 
 
@@ -74,22 +80,46 @@ def test_diaz_rodriguez_table_1_cl_score(criteria, expected):
 
 
 def test_cl_score_uses_the_reported_criteria():
-    log = EvaluationLog.parse({
-        "tasks": [[0], [1]],
-        "points": [
-            {"iteration": 1, "task": 1, "task_end": True, "accuracy": [0.9, 0.2]},
-            {"iteration": 2, "task": 2, "task_end": True, "accuracy": [0.6, 0.8]},
-        ],
-        "resources": [
-            {"task": 1, "model_params": 100, "buffer_bytes": 0, "train_bytes": 100, "ops_train": 10, "ops_pass": 1},
-            {"task": 2, "model_params": 200, "buffer_bytes": 50, "train_bytes": 100, "ops_train": 5, "ops_pass": 1},
-        ],
-    })
+    log = EvaluationLog.parse(
+        {
+            "tasks": [[0], [1]],
+            "points": [
+                {"iteration": 1, "task": 1, "task_end": True, "accuracy": [0.9, 0.2]},
+                {"iteration": 2, "task": 2, "task_end": True, "accuracy": [0.6, 0.8]},
+            ],
+            "resources": [
+                {
+                    "task": 1,
+                    "model_params": 100,
+                    "buffer_bytes": 0,
+                    "train_bytes": 100,
+                    "ops_train": 10,
+                    "ops_pass": 1,
+                },
+                {
+                    "task": 2,
+                    "model_params": 200,
+                    "buffer_bytes": 50,
+                    "train_bytes": 100,
+                    "ops_train": 5,
+                    "ops_pass": 1,
+                },
+            ],
+        }
+    )
     m = compute_metrics(log).metrics
     # by hand: A = (0.9 + 0.6 + 0.8)/3, BWT = 0.6 - 0.9, REM = 0.7, BWT+ = 0, FWT = 0.2,
     # MS = (1 + 0.5)/2, SSS = 1 - (0 + 50/200)/2, CE = (0.1 + 0.2)/2
-    expected = {"a_lifetime": 2.3 / 3, "bwt_lifetime": -0.3, "rem": 0.7, "bwt_plus": 0.0, "fwt_lifetime": 0.2,
-                    "ms": 0.75, "sss": 0.875, "ce": 0.15}
+    expected = {
+        "a_lifetime": 2.3 / 3,
+        "bwt_lifetime": -0.3,
+        "rem": 0.7,
+        "bwt_plus": 0.0,
+        "fwt_lifetime": 0.2,
+        "ms": 0.75,
+        "sss": 0.875,
+        "ce": 0.15,
+    }
     for key, value in expected.items():
         assert m[key] == pytest.approx(value), key
     crit = [expected[c] for c in ("a_lifetime", "rem", "bwt_plus", "fwt_lifetime", "ms", "sss", "ce")]
@@ -106,15 +136,17 @@ def test_delange_wp_counterexample_from_the_spec():
 
 
 def test_delange_min_acc_excludes_the_task_end_itself_and_wc_acc_by_hand():
-    log = EvaluationLog.parse({
-        "tasks": [[0], [1]],
-        "points": [
-            {"iteration": 1, "task": 1, "accuracy": [0.1, None]},  # before its end: not counted
-            {"iteration": 2, "task": 1, "task_end": True, "accuracy": [0.9, None]},
-            {"iteration": 3, "task": 2, "accuracy": [0.3, 0.5]},
-            {"iteration": 4, "task": 2, "task_end": True, "accuracy": [0.7, 0.6]},
-        ],
-    })
+    log = EvaluationLog.parse(
+        {
+            "tasks": [[0], [1]],
+            "points": [
+                {"iteration": 1, "task": 1, "accuracy": [0.1, None]},  # before its end: not counted
+                {"iteration": 2, "task": 1, "task_end": True, "accuracy": [0.9, None]},
+                {"iteration": 3, "task": 2, "accuracy": [0.3, 0.5]},
+                {"iteration": 4, "task": 2, "task_end": True, "accuracy": [0.7, 0.6]},
+            ],
+        }
+    )
     m = compute_metrics(log, windows=[2]).metrics
     assert m["min_acc"] == [None, pytest.approx(0.3)]
     assert m["wc_acc"] == pytest.approx(0.6 / 2 + 0.5 * 0.3)
@@ -128,6 +160,8 @@ def test_wilson_interval_known_values():
     np.testing.assert_allclose(lo, [0.4902, 0.0, 0.7225], atol=1e-4)
     np.testing.assert_allclose(hi, [0.9433, 0.2775, 1.0], atol=1e-4)
     lo, hi = wilson_interval(np.array([0, 5, 7]), np.array([5, 5, 9]), confidence=0.9)
-    assert lo[0] == 0.0 and hi[1] == 1.0 and lo[2] <= 7 / 9 <= hi[2]  # exact at the edges, no rounding residue
+    assert (
+        lo[0] == 0.0 and hi[1] == 1.0 and lo[2] <= 7 / 9 <= hi[2]
+    )  # exact at the edges, no rounding residue
     with pytest.raises(ValueError, match="confidence"):
         wilson_interval(1, 2, confidence=1.0)

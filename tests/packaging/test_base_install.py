@@ -130,9 +130,9 @@ def test_metrics_and_gate_run_on_the_shipped_log_and_policies(base_venv, tmp_pat
         assert "Traceback" not in res.stderr, res.stderr
         decision = json.loads(res.stdout)
         verdicts[policy.stem] = decision["verdict"]
-        assert (
-            res.returncode == {"PASS": 0, "WARN": 0, "FAIL": 1, "ERROR": 2}[decision["verdict"]]
-        ), res.stdout
+        assert res.returncode == {"PASS": 0, "WARN": 0, "FAIL": 1, "ERROR": 2}[decision["verdict"]], (
+            res.stdout
+        )
         assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
     # The spec example is not the digits job: the digits policies rate the ten digit classes it lacks
     # (ERROR, saying so); against itself as baseline it passes the regression policy.

@@ -13,11 +13,7 @@ def _names(wheel) -> list[str]:
 
 def test_the_only_top_level_import_name_is_clgate(wheel):
     names = _names(wheel)
-    roots = {
-        PurePosixPath(n).parts[0]
-        for n in names
-        if not PurePosixPath(n).parts[0].endswith(".dist-info")
-    }
+    roots = {PurePosixPath(n).parts[0] for n in names if not PurePosixPath(n).parts[0].endswith(".dist-info")}
     assert roots == {"clgate"}, roots
     top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
     if top_level:  # setuptools writes it; it must agree
@@ -50,9 +46,7 @@ def test_the_layers_and_their_data_are_inside(wheel):
 def test_the_console_script_is_declared_and_builtin_strategies_are_not(wheel):
     """Built-in strategies are registered once, in code; the entry-point group is for third parties."""
     with zipfile.ZipFile(wheel) as archive:
-        entry_points = next(
-            n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")
-        )
+        entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
         text = archive.read(entry_points).decode()
     assert "clgate = clgate.cli:main" in text
     assert "clgate.engine.strategies:" not in text

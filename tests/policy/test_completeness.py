@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from clgate.schemas.evaluation_log import EvaluationLog
-
 from clgate.policy import decide, parse_policy
+from clgate.schemas.evaluation_log import EvaluationLog
 
 CANCELLED_POLICY = {
     "name": "issue9",
@@ -105,29 +104,21 @@ def test_a_partial_seed_of_a_passing_run_is_an_error_not_a_pass():
 
 def test_two_sided_rule_judges_each_side_on_its_own_worst_run():
     low, high = _log([0.7], seed=1), _log([1.0], seed=2)
-    policy = parse_policy(
-        {"name": "p", "rules": [{"metric": "acc", "floor": 0.5, "ceiling": 0.95}]}
-    )
+    policy = parse_policy({"name": "p", "rules": [{"metric": "acc", "floor": 0.5, "ceiling": 0.95}]})
     d = decide([low, high], policy)
     assert d.verdict == "FAIL"
     ev = d.rules[0].evidence
-    assert (
-        ev["ceiling"]["seed"] == 2 and ev["ceiling"]["value"] == 1.0 and ev["ceiling"]["margin"] < 0
-    )
+    assert ev["ceiling"]["seed"] == 2 and ev["ceiling"]["value"] == 1.0 and ev["ceiling"]["margin"] < 0
     assert ev["floor"]["seed"] == 1 and ev["floor"]["value"] == 0.7 and ev["floor"]["margin"] > 0
     assert ev["seed"] == 2 and d.rules[0].comparison == "<="
 
 
 def test_a_diverged_run_fails_and_the_decision_says_where():
-    log = _log(
-        [1.0, 1.0], n_tasks=3, diverged={"task": 3, "iteration": 25, "reason": "loss is nan"}
-    )
+    log = _log([1.0, 1.0], n_tasks=3, diverged={"task": 3, "iteration": 25, "reason": "loss is nan"})
     policy = parse_policy({"name": "p", "rules": [{"metric": "acc", "at": "task:1", "floor": 0.5}]})
     d = decide([log], policy)
     assert d.verdict == "FAIL" and d.rules[0].status == "pass"
-    assert d.diverged == [
-        "logs[0] (seed 0): training diverged at task 3, iteration 25 (loss is nan)"
-    ]
+    assert d.diverged == ["logs[0] (seed 0): training diverged at task 3, iteration 25 (loss is nan)"]
     assert "diverged" in d.summary
 
 

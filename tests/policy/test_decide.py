@@ -39,8 +39,10 @@ def test_forgetful_log_fails_with_evidence(forgetful_log, policy_of):
 
 
 def test_warn_only_failures_give_warn(forgetful_log, policy_of):
-    d = decide([forgetful_log()], policy_of({"metric": "acc", "floor": 0.8},
-                                            {"metric": "mica", "floor": 0.7, "severity": "warn"}))
+    d = decide(
+        [forgetful_log()],
+        policy_of({"metric": "acc", "floor": 0.8}, {"metric": "mica", "floor": 0.7, "severity": "warn"}),
+    )
     assert d.verdict == "WARN"
 
 
@@ -51,7 +53,9 @@ def test_seeds_worst_run_decides(good_log, forgetful_log, policy_of):
     assert d.verdict == "FAIL" and d.rules[0].evidence["seed"] == 1
     assert d.runs == 2 and d.seeds == [0, 1]
     mean = decide(logs, policy_of({"metric": "mica", "floor": 0.7, "over_runs": "mean"}))
-    assert mean.verdict == "PASS" and mean.rules[0].value == pytest.approx(0.7)  # (0.9 + 0.5) / 2, at the floor
+    assert mean.verdict == "PASS" and mean.rules[0].value == pytest.approx(
+        0.7
+    )  # (0.9 + 0.5) / 2, at the floor
 
 
 def test_baseline_regression(good_log, forgetful_log, policy_of):
@@ -81,8 +85,13 @@ def test_runs_of_different_jobs_are_an_error(good_log, build_log, policy_of):
 
 
 def test_task_end_only_log_still_decides(build_log, policy_of):
-    log = build_log([(1, True, [0.9, 0.9, None, None, None, None]), (2, True, [0.8, 0.9, 0.9, 0.9, None, None]),
-                     (3, True, [0.7, 0.9, 0.9, 0.9, 0.9, 0.9])])
+    log = build_log(
+        [
+            (1, True, [0.9, 0.9, None, None, None, None]),
+            (2, True, [0.8, 0.9, 0.9, 0.9, None, None]),
+            (3, True, [0.7, 0.9, 0.9, 0.9, 0.9, 0.9]),
+        ]
+    )
     d = decide([log], policy_of({"metric": "mica", "floor": 0.7}, {"metric": "min_acc", "floor": 0.7}))
     assert d.verdict == "PASS", d.summary
 

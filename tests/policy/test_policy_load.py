@@ -56,8 +56,14 @@ def test_json_policy_loads(tmp_path):
 
 
 def test_unknown_metric_names_the_rule_and_suggests():
-    problems = _problems(_doc({"metric": "acc", "floor": 0.5}, {"metric": "acc", "floor": 0.5},
-                              {"metric": "acc", "floor": 0.5}, {"metric": "mika", "floor": 0.5}))
+    problems = _problems(
+        _doc(
+            {"metric": "acc", "floor": 0.5},
+            {"metric": "acc", "floor": 0.5},
+            {"metric": "acc", "floor": 0.5},
+            {"metric": "mika", "floor": 0.5},
+        )
+    )
     assert problems == ["rules[3].metric: unknown metric id 'mika' (did you mean 'mica'?)"]
 
 
@@ -70,24 +76,76 @@ def test_unknown_baseline_metric():
 @pytest.mark.parametrize(
     "rule, expected",
     [
-        pytest.param({"metric": "acc", "floor": "high"}, "rules[0].floor: Input should be a valid number", id="text"),
-        pytest.param({"metric": "acc", "floor": float("nan")}, "rules[0].floor: Input should be a finite number", id="nan"),
-        pytest.param({"metric": "acc", "floor": 80}, "rules[0].floor: 80 is outside the range of acc [0, 1]", id="percent"),
+        pytest.param(
+            {"metric": "acc", "floor": "high"}, "rules[0].floor: Input should be a valid number", id="text"
+        ),
+        pytest.param(
+            {"metric": "acc", "floor": float("nan")},
+            "rules[0].floor: Input should be a finite number",
+            id="nan",
+        ),
+        pytest.param(
+            {"metric": "acc", "floor": 80},
+            "rules[0].floor: 80 is outside the range of acc [0, 1]",
+            id="percent",
+        ),
         pytest.param({"metric": "acc"}, "rules[0]: a metric rule needs a floor or a ceiling", id="none"),
-        pytest.param({"metric": "acc", "floor": 0.9, "ceiling": 0.5}, "rules[0]: floor (0.9) is above ceiling", id="inverted"),
-        pytest.param({"metric": "acc", "at": "task:0", "floor": 0.5}, "rules[0].at: task:N counts tasks from 1", id="task0"),
-        pytest.param({"metric": "acc", "at": "last", "floor": 0.5}, "rules[0].at: 'last' is not one of", id="bad-at"),
-        pytest.param({"metric": "wamica", "at": "all", "floor": 0.5}, "rules[0].at: wamica is a scalar", id="scalar-at"),
-        pytest.param({"metric": "acc", "bound": "wilson95", "floor": 0.5}, "rules[0].bound: wilson95 is available for mica", id="bound"),
-        pytest.param({"metric": "acc", "floor": 0.5, "over_runs": "best"}, "rules[0].over_runs: Input should be 'mean' or 'worst'", id="over-runs"),
-        pytest.param({"classes": [], "floor": 0.5}, "rules[0].classes: name at least one class", id="no-classes"),
-        pytest.param({"classes": ["ant"], "floor": 1.5}, "rules[0].floor: Input should be less than or equal to 1", id="class-floor"),
-        pytest.param({"baseline": "mica", "max_drop": -0.1}, "rules[0].max_drop: Input should be greater than or equal to 0", id="neg-drop"),
+        pytest.param(
+            {"metric": "acc", "floor": 0.9, "ceiling": 0.5},
+            "rules[0]: floor (0.9) is above ceiling",
+            id="inverted",
+        ),
+        pytest.param(
+            {"metric": "acc", "at": "task:0", "floor": 0.5},
+            "rules[0].at: task:N counts tasks from 1",
+            id="task0",
+        ),
+        pytest.param(
+            {"metric": "acc", "at": "last", "floor": 0.5}, "rules[0].at: 'last' is not one of", id="bad-at"
+        ),
+        pytest.param(
+            {"metric": "wamica", "at": "all", "floor": 0.5}, "rules[0].at: wamica is a scalar", id="scalar-at"
+        ),
+        pytest.param(
+            {"metric": "acc", "bound": "wilson95", "floor": 0.5},
+            "rules[0].bound: wilson95 is available for mica",
+            id="bound",
+        ),
+        pytest.param(
+            {"metric": "acc", "floor": 0.5, "over_runs": "best"},
+            "rules[0].over_runs: Input should be 'mean' or 'worst'",
+            id="over-runs",
+        ),
+        pytest.param(
+            {"classes": [], "floor": 0.5}, "rules[0].classes: name at least one class", id="no-classes"
+        ),
+        pytest.param(
+            {"classes": ["ant"], "floor": 1.5},
+            "rules[0].floor: Input should be less than or equal to 1",
+            id="class-floor",
+        ),
+        pytest.param(
+            {"baseline": "mica", "max_drop": -0.1},
+            "rules[0].max_drop: Input should be greater than or equal to 0",
+            id="neg-drop",
+        ),
         pytest.param({"fmeca": "rpn"}, "rules[0]: an rpn rule needs a limit", id="rpn-limit"),
-        pytest.param({"fmeca": "priority", "fail_at": "Low"}, "rules[0].fail_at: Input should be 'High' or 'Medium'", id="fail-at"),
-        pytest.param({"metric": "acc", "classes": ["ant"], "floor": 0.5}, "rules[0]: a rule needs exactly one of the keys", id="two-kinds"),
+        pytest.param(
+            {"fmeca": "priority", "fail_at": "Low"},
+            "rules[0].fail_at: Input should be 'High' or 'Medium'",
+            id="fail-at",
+        ),
+        pytest.param(
+            {"metric": "acc", "classes": ["ant"], "floor": 0.5},
+            "rules[0]: a rule needs exactly one of the keys",
+            id="two-kinds",
+        ),
         pytest.param({"flor": 0.5}, "rules[0]: a rule needs exactly one of the keys", id="no-kind"),
-        pytest.param({"metric": "acc", "flor": 0.5, "floor": 0.5}, "rules[0].flor: Extra inputs are not permitted", id="typo-key"),
+        pytest.param(
+            {"metric": "acc", "flor": 0.5, "floor": 0.5},
+            "rules[0].flor: Extra inputs are not permitted",
+            id="typo-key",
+        ),
     ],
 )
 def test_malformed_rules_are_rejected_with_position(rule, expected):
@@ -96,11 +154,18 @@ def test_malformed_rules_are_rejected_with_position(rule, expected):
 
 
 def test_fmeca_config_is_validated():
-    problems = _problems(_doc({"metric": "acc", "floor": 0.5}, fmeca={
-        "default_severity": 11,
-        "occurrence_scale": [{"at_least": 0.01, "rating": 7}, {"at_least": 0.1, "rating": 10}],
-    }))
-    assert any(p.startswith("fmeca.default_severity: Input should be less than or equal to 10") for p in problems)
+    problems = _problems(
+        _doc(
+            {"metric": "acc", "floor": 0.5},
+            fmeca={
+                "default_severity": 11,
+                "occurrence_scale": [{"at_least": 0.01, "rating": 7}, {"at_least": 0.1, "rating": 10}],
+            },
+        )
+    )
+    assert any(
+        p.startswith("fmeca.default_severity: Input should be less than or equal to 10") for p in problems
+    )
     assert any(p.startswith("fmeca.occurrence_scale: Value error, row 1") or "row 1" in p for p in problems)
 
 

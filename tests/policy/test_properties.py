@@ -23,7 +23,13 @@ def test_occurrence_is_monotone_in_the_error_rate(a, b):
 @given(rating, rating, rating, st.sampled_from(["s", "o", "d"]))
 def test_action_priority_never_drops_when_a_rating_rises(s, o, d, which):
     base = PRIORITY_RANK[action_priority(s, o, d)]
-    s2, o2, d2 = (min(10, s + 1), o, d) if which == "s" else (s, min(10, o + 1), d) if which == "o" else (s, o, min(10, d + 1))
+    s2, o2, d2 = (
+        (min(10, s + 1), o, d)
+        if which == "s"
+        else (s, min(10, o + 1), d)
+        if which == "o"
+        else (s, o, min(10, d + 1))
+    )
     assert PRIORITY_RANK[action_priority(s2, o2, d2)] >= base
 
 

@@ -13,8 +13,11 @@ from clgate.policy import verdict_of
 # ---------------------------------------------------------------- thresholds and the edge
 @pytest.mark.parametrize(
     "value, status",
-    [pytest.param(0.5, "pass", id="equal"), pytest.param(0.5 - 1e-6, "fail", id="just-below"),
-     pytest.param(0.5 + 1e-6, "pass", id="just-above")],
+    [
+        pytest.param(0.5, "pass", id="equal"),
+        pytest.param(0.5 - 1e-6, "fail", id="just-below"),
+        pytest.param(0.5 + 1e-6, "pass", id="just-above"),
+    ],
 )
 def test_floor_passes_at_equality(judge, make_result, value, status):
     r = judge({"metric": "wamica", "floor": 0.5}, [make_result({"wamica": value})])
@@ -30,7 +33,8 @@ def test_floor_equality_survives_float_noise(judge, make_result):
 
 
 @pytest.mark.parametrize(
-    "value, status", [pytest.param(0.3, "pass", id="equal"), pytest.param(0.3 + 1e-6, "fail", id="just-above")]
+    "value, status",
+    [pytest.param(0.3, "pass", id="equal"), pytest.param(0.3 + 1e-6, "fail", id="just-above")],
 )
 def test_ceiling_passes_at_equality(judge, make_result, value, status):
     r = judge({"metric": "wf10", "ceiling": 0.3}, [make_result({"wf10": value})])
@@ -48,8 +52,12 @@ MICA = [0.9, 0.4, 0.6]  # worst at task 2, final 0.6
 
 @pytest.mark.parametrize(
     "at, value, task",
-    [pytest.param("final", 0.6, 3, id="final"), pytest.param("task:1", 0.9, 1, id="task1"),
-     pytest.param("worst", 0.4, 2, id="worst"), pytest.param("all", 0.4, 2, id="all")],
+    [
+        pytest.param("final", 0.6, 3, id="final"),
+        pytest.param("task:1", 0.9, 1, id="task1"),
+        pytest.param("worst", 0.4, 2, id="worst"),
+        pytest.param("all", 0.4, 2, id="all"),
+    ],
 )
 def test_at_picks_the_task(judge, make_result, at, value, task):
     r = judge({"metric": "mica", "at": at, "floor": 0.5}, [make_result({"mica": MICA})])
@@ -95,16 +103,21 @@ def test_bound_wilson95_judges_the_lower_bound(judge, make_result):
 
 
 def test_bound_wilson95_without_counts_is_an_error(judge, make_result):
-    res = make_result({"mica": [0.9, 0.8, 0.7], "mica_lcb": [None, None, None]},
-                      reasons={"mica_lcb": "needs correct/total counts"})
+    res = make_result(
+        {"mica": [0.9, 0.8, 0.7], "mica_lcb": [None, None, None]},
+        reasons={"mica_lcb": "needs correct/total counts"},
+    )
     r = judge({"metric": "mica", "floor": 0.5, "bound": "wilson95"}, [res])
     assert r.status == "error" and "counts" in r.message
 
 
 # ---------------------------------------------------------------- over_runs
 def test_over_runs_worst_vs_mean(judge, make_result):
-    runs = [make_result({"wamica": 0.8}, seed=11), make_result({"wamica": 0.5}, seed=12),
-            make_result({"wamica": 0.8}, seed=13)]
+    runs = [
+        make_result({"wamica": 0.8}, seed=11),
+        make_result({"wamica": 0.5}, seed=12),
+        make_result({"wamica": 0.8}, seed=13),
+    ]
     worst = judge({"metric": "wamica", "floor": 0.6, "over_runs": "worst"}, runs)
     mean = judge({"metric": "wamica", "floor": 0.6, "over_runs": "mean"}, runs)
     assert worst.status == "fail" and worst.value == 0.5 and worst.evidence["seed"] == 12
@@ -151,8 +164,13 @@ def test_verdict_precedence(judge, make_result):
 # ---------------------------------------------------------------- per-class
 CLASSES = [
     {"final_accuracy": 0.9, "min_after_learned": 0.85, "min_after_learned_iteration": 30},
-    {"final_accuracy": 0.6, "min_after_learned": 0.2, "min_after_learned_iteration": 40,
-     "final_lcb": 0.5, "min_after_learned_lcb": 0.12},
+    {
+        "final_accuracy": 0.6,
+        "min_after_learned": 0.2,
+        "min_after_learned_iteration": 40,
+        "final_lcb": 0.5,
+        "min_after_learned_lcb": 0.12,
+    },
     {"final_accuracy": 0.95, "min_after_learned": 0.9, "min_after_learned_iteration": 50},
     {"final_accuracy": 0.7, "min_after_learned": 0.7, "min_after_learned_iteration": 60},
     {"final_accuracy": 0.8},  # classes of the last task: nothing after their task ended
@@ -165,10 +183,16 @@ CLASSES = [
     [
         pytest.param({"classes": ["bee"], "floor": 0.6}, 0.6, "bee", "pass", id="final-equal"),
         pytest.param({"classes": ["bee"], "floor": 0.61}, 0.6, "bee", "fail", id="final-below"),
-        pytest.param({"classes": ["ant", "bee"], "at": "min_after_learned", "floor": 0.3}, 0.2, "bee", "fail",
-                     id="after-learned"),
-        pytest.param({"classes": [0, "cat"], "at": "min_after_learned", "floor": 0.8}, 0.85, "ant", "pass",
-                     id="by-id"),
+        pytest.param(
+            {"classes": ["ant", "bee"], "at": "min_after_learned", "floor": 0.3},
+            0.2,
+            "bee",
+            "fail",
+            id="after-learned",
+        ),
+        pytest.param(
+            {"classes": [0, "cat"], "at": "min_after_learned", "floor": 0.8}, 0.85, "ant", "pass", id="by-id"
+        ),
         pytest.param({"classes": ["bee"], "floor": 0.55, "bound": "wilson95"}, 0.5, "bee", "fail", id="lcb"),
         pytest.param({"classes": "*", "floor": 0.5}, 0.6, "bee", "pass", id="all-classes"),
     ],
@@ -186,9 +210,13 @@ def test_class_floor_evidence_has_iteration_and_failing_list(judge, make_result)
 
 
 def test_class_of_the_last_task_has_no_after_learned_value(judge, make_result):
-    only = judge({"classes": ["eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)])
+    only = judge(
+        {"classes": ["eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)]
+    )
     assert only.status == "error" and "nothing to judge" in only.message and "'eel'" in only.message
-    mixed = judge({"classes": ["ant", "eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)])
+    mixed = judge(
+        {"classes": ["ant", "eel"], "at": "min_after_learned", "floor": 0.5}, [make_result(classes=CLASSES)]
+    )
     assert mixed.status == "pass" and mixed.value == 0.85 and mixed.evidence["skipped_last_task"] == ["eel"]
 
 
@@ -219,7 +247,9 @@ def test_baseline_absolute_drop_with_edge(judge, make_result):
 
 def test_baseline_relative_drop(judge, make_result):
     base = make_result({"wamica": 0.5})
-    r = judge({"baseline": "wamica", "max_drop": 0.1, "relative": True}, [make_result({"wamica": 0.44})], base)
+    r = judge(
+        {"baseline": "wamica", "max_drop": 0.1, "relative": True}, [make_result({"wamica": 0.44})], base
+    )
     assert r.value == pytest.approx(0.12) and r.status == "fail"
 
 
@@ -234,8 +264,11 @@ def test_baseline_lower_is_better_metric_counts_an_increase_as_the_drop(judge, m
 def test_baseline_any_class(judge, make_result):
     base_classes = [dict(c) for c in CLASSES]
     base_classes[3]["final_accuracy"] = 0.9  # dog: 0.9 → 0.7
-    r = judge({"baseline": "classes", "max_drop": 0.1}, [make_result(classes=CLASSES)],
-              make_result(classes=base_classes))
+    r = judge(
+        {"baseline": "classes", "max_drop": 0.1},
+        [make_result(classes=CLASSES)],
+        make_result(classes=base_classes),
+    )
     assert r.status == "fail" and r.value == pytest.approx(0.2) and r.evidence["class_name"] == "dog"
 
 
@@ -247,7 +280,8 @@ def test_baseline_rule_without_baseline_is_an_error(judge, make_result):
 # ---------------------------------------------------------------- fmeca rules
 def test_fmeca_priority_and_rpn_rules(judge, make_result):
     classes = [{"final_accuracy": 0.99, "final_correct": 99, "final_total": 100}] * 5 + [
-        {"final_accuracy": 0.5, "final_correct": 50, "final_total": 100}]
+        {"final_accuracy": 0.5, "final_correct": 50, "final_total": 100}
+    ]
     fmeca = {"default_severity": 9, "default_detection": 2}
     runs = [make_result(classes=classes)]
     # fox: S 9, O 10 (error 0.5), D 2 → High, RPN 180; others: O 7 (1 in 100) → High (S 9-10, O 6-7)
@@ -263,6 +297,9 @@ def test_baseline_any_class_relative(judge, make_result):
     base_classes = [dict(c) for c in CLASSES]
     base_classes[1]["final_accuracy"] = 0.8  # bee: 0.8 → 0.6 is a 25 % relative drop
     base_classes[4]["final_accuracy"] = 0.0  # eel: 0 in the baseline cannot drop
-    r = judge({"baseline": "classes", "max_drop": 0.25, "relative": True}, [make_result(classes=CLASSES)],
-              make_result(classes=base_classes))
+    r = judge(
+        {"baseline": "classes", "max_drop": 0.25, "relative": True},
+        [make_result(classes=CLASSES)],
+        make_result(classes=base_classes),
+    )
     assert r.status == "pass" and r.value == pytest.approx(0.25) and r.evidence["class_name"] == "bee"

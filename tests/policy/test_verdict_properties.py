@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from clgate.schemas.evaluation_log import EvaluationLog
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from clgate.policy import decide, parse_policy
+from clgate.schemas.evaluation_log import EvaluationLog
 
 RANK = {"PASS": 2, "WARN": 1, "FAIL": 0, "ERROR": 0}
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -160,8 +160,6 @@ def test_the_verdict_is_monotone_in_every_threshold(case, data):
         rule["floor"] = min(1.0, rule["floor"] + step)
     else:
         rule["ceiling"] = max(0.0, rule["ceiling"] - step)
-    assume(
-        rule.get("floor", 0.0) <= rule.get("ceiling", 1.0)
-    )  # a floor above the ceiling is refused
+    assume(rule.get("floor", 0.0) <= rule.get("ceiling", 1.0))  # a floor above the ceiling is refused
     after = verdict(runs, stricter)
     assert RANK[after] <= RANK[before], (before, after, policy, stricter)

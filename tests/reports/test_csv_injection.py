@@ -23,8 +23,9 @@ def test_injection_strings_in_class_names_are_inert_in_fmeca_csv(tmp_path, build
         (2, True, [0.2, 0.3, 0.4, 0.8, 0.8, 0.8]),
     ]
     log = build_log(points, tasks=[[0, 1, 2], [3, 4, 5]], names=INJECTIONS)
-    result = gate_logs([log], policy_of({"metric": "acc", "floor": 0.0}), out_dir=tmp_path / "out",
-                       provenance={})
+    result = gate_logs(
+        [log], policy_of({"metric": "acc", "floor": 0.0}), out_dir=tmp_path / "out", provenance={}
+    )
     text = result.files["fmeca.csv"].read_bytes().decode("utf-8")  # keep a CR inside a cell as it is
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     assert {r["class_name"] for r in rows} == {"'" + name for name in INJECTIONS}  # every one neutralised

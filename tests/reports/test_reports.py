@@ -15,8 +15,14 @@ from clgate.gate import gate_logs
 from clgate.reports import REPORT_FILES, fmeca_csv, render_junit, render_markdown
 
 GOLDEN = Path(__file__).parent / "golden"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 RULES = [
     {"metric": "acc", "floor": 0.8},
@@ -32,8 +38,9 @@ RULES = [
 @pytest.fixture
 def gated(tmp_path, forgetful_log, policy_of):
     policy = policy_of(*RULES, fmeca={"default_severity": 6, "severity": {"ant": 9}, "default_detection": 4})
-    return gate_logs([forgetful_log(seed=3)], policy, out_dir=tmp_path / "out",
-                     provenance={"test": "reports"})
+    return gate_logs(
+        [forgetful_log(seed=3)], policy, out_dir=tmp_path / "out", provenance={"test": "reports"}
+    )
 
 
 def test_all_files_written(gated):
@@ -176,8 +183,10 @@ def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir,
             assert page.evaluate(_OVERFLOW_JS) == []  # nothing cut off, no sideways scrolling
             if width < 500:  # narrow: table rows reflow into labelled cards
                 cell = page.locator("#fmeca-table tbody tr").first.locator("td").nth(4)
-                assert page.evaluate("e => getComputedStyle(e, '::before').content", cell.element_handle()) \
+                assert (
+                    page.evaluate("e => getComputedStyle(e, '::before').content", cell.element_handle())
                     == '"final error"'
+                )
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
@@ -199,8 +208,12 @@ def test_pdf_beside_the_html_has_the_header_on_its_first_page(gated, require_bin
     shutil.copy(pdf, artifacts_dir / "gate-report.pdf")
 
     def page_text(n: int) -> str:
-        out = subprocess.run([pdftotext, "-layout", "-f", str(n), "-l", str(n), str(pdf), "-"],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [pdftotext, "-layout", "-f", str(n), "-l", str(n), str(pdf), "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout
 
     d = gated.decision
@@ -208,8 +221,13 @@ def test_pdf_beside_the_html_has_the_header_on_its_first_page(gated, require_bin
     date = html.split('<span id="date">')[1].split("<")[0]
     model = html.split('<strong id="model">')[1].split("<")[0]
     header = f"{model} · {d.verdict} · policy {d.policy_name} v{d.policy_version} · {date}"
-    pages = int(subprocess.run([pdftotext.replace("pdftotext", "pdfinfo"), str(pdf)], capture_output=True,
-                               text=True, check=True).stdout.split("Pages:")[1].split()[0])
+    pages = int(
+        subprocess.run(
+            [pdftotext.replace("pdftotext", "pdfinfo"), str(pdf)], capture_output=True, text=True, check=True
+        )
+        .stdout.split("Pages:")[1]
+        .split()[0]
+    )
     assert pages >= 2
     for n in (1, pages):  # the header is the first line of every page: model, verdict, policy, date
         first_line = next(x for x in page_text(n).splitlines() if x.strip())
@@ -229,9 +247,12 @@ def test_pdf_without_chromium_says_so(gated, monkeypatch):
 
 def test_user_text_is_escaped_in_html_and_markdown(tmp_path, build_log, policy_of):
     names = ["<script>alert(1)</script>", "a|b", "**bold** [x](javascript:1)"]
-    log = build_log([(1, True, [0.9, 0.5, None]), (2, True, [0.2, 0.8, 0.9])], tasks=[[0, 1], [2]], names=names)
-    res = gate_logs([log], policy_of({"metric": "acc", "floor": 0.1}, fmeca={"default_severity": 5}),
-                    out_dir=tmp_path)
+    log = build_log(
+        [(1, True, [0.9, 0.5, None]), (2, True, [0.2, 0.8, 0.9])], tasks=[[0, 1], [2]], names=names
+    )
+    res = gate_logs(
+        [log], policy_of({"metric": "acc", "floor": 0.1}, fmeca={"default_severity": 5}), out_dir=tmp_path
+    )
     html = res.files["report.html"].read_text(encoding="utf-8")
     md = res.files["report.md"].read_text(encoding="utf-8")
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -246,11 +267,21 @@ def test_user_text_is_escaped_in_html_and_markdown(tmp_path, build_log, policy_o
 def test_markdown_links_the_full_report_and_lists_top_n(gated):
     d = gated.decision
     md = render_markdown(d, report_url="https://ci.example/job/1/report.html", max_fmeca_rows=4)
-    assert "[Full report (figures, FMECA worksheet, provenance)](<https://ci.example/job/1/report.html>)" in md
+    assert (
+        "[Full report (figures, FMECA worksheet, provenance)](<https://ci.example/job/1/report.html>)" in md
+    )
     fmeca_rows = [x for x in md.splitlines() if x.startswith("| ") and x.split("|")[1].strip().isdigit()]
     assert len(fmeca_rows) == 4 and "2 more failure mode(s) in the [full report]" in md
-    assert len([x for x in render_markdown(d).splitlines() if x.startswith("| ") and
-                x.split("|")[1].strip().isdigit()]) == 6  # default top 10: all six
+    assert (
+        len(
+            [
+                x
+                for x in render_markdown(d).splitlines()
+                if x.startswith("| ") and x.split("|")[1].strip().isdigit()
+            ]
+        )
+        == 6
+    )  # default top 10: all six
     assert " %" in fmeca_rows[0]  # error rates as percentages
     hostile = render_markdown(d, report_url="https://x/a b>c")
     assert "(<https://x/a%20b%3Ec>)" in hostile
@@ -263,9 +294,14 @@ def test_html_for_invalid_inputs_still_renders(tmp_path, good_log, build_log, po
     assert res.verdict == "ERROR" and "No metrics: the inputs were invalid" in html and "<svg" not in html
 
 
-def test_a_pass_with_high_modes_explains_itself_and_unrated_modes_are_shown(tmp_path, forgetful_log, policy_of):
-    rated = gate_logs([forgetful_log()], policy_of({"metric": "acc", "floor": 0.5}, fmeca={"severity": {"ant": 9}}),
-                      out_dir=tmp_path / "rated")
+def test_a_pass_with_high_modes_explains_itself_and_unrated_modes_are_shown(
+    tmp_path, forgetful_log, policy_of
+):
+    rated = gate_logs(
+        [forgetful_log()],
+        policy_of({"metric": "acc", "floor": 0.5}, fmeca={"severity": {"ant": 9}}),
+        out_dir=tmp_path / "rated",
+    )
     assert rated.verdict == "PASS"
     md = rated.files["report.md"].read_text(encoding="utf-8")
     html = rated.files["report.html"].read_text(encoding="utf-8")
@@ -274,15 +310,23 @@ def test_a_pass_with_high_modes_explains_itself_and_unrated_modes_are_shown(tmp_
     assert md.count("| unrated |") == 5 and "5 unrated" in md
     assert html.count('class="ap-unrated"') == 10  # final and worst priority of 5 rows
     rows = list(csv.DictReader(io.StringIO(rated.files["fmeca.csv"].read_text(encoding="utf-8"))))
-    assert [r["priority_worst"] for r in rows] == ["High"] + ["unrated"] * 5 and rows[1]["S"] == rows[1]["RPN_worst"] == ""
-    quiet = gate_logs([forgetful_log()], policy_of({"metric": "acc", "floor": 0.5}, fmeca={"default_severity": 2}),
-                      out_dir=tmp_path / "quiet")
+    assert [r["priority_worst"] for r in rows] == ["High"] + ["unrated"] * 5 and rows[1]["S"] == rows[1][
+        "RPN_worst"
+    ] == ""
+    quiet = gate_logs(
+        [forgetful_log()],
+        policy_of({"metric": "acc", "floor": 0.5}, fmeca={"default_severity": 2}),
+        out_dir=tmp_path / "quiet",
+    )
     assert 'id="fmeca-note"' not in quiet.files["report.html"].read_text(encoding="utf-8")
 
 
 def test_the_fmeca_note_names_the_rule_that_only_warns(tmp_path, forgetful_log, policy_of):
-    policy = policy_of({"metric": "acc", "floor": 0.5}, {"fmeca": "priority", "fail_at": "High", "severity": "warn",
-                                                         "id": "no-high"}, fmeca={"default_severity": 9})
+    policy = policy_of(
+        {"metric": "acc", "floor": 0.5},
+        {"fmeca": "priority", "fail_at": "High", "severity": "warn", "id": "no-high"},
+        fmeca={"default_severity": 9},
+    )
     res = gate_logs([forgetful_log()], policy, out_dir=tmp_path)
     assert res.verdict == "WARN"
     md = res.files["report.md"].read_text(encoding="utf-8")

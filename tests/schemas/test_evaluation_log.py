@@ -35,9 +35,15 @@ def test_example_log_is_valid(doc: dict) -> None:
 @pytest.mark.parametrize(
     "tasks, expected",
     [
-        pytest.param([[0, 1], [1, 2], [3, 4, 5]], "tasks[1]: class 1 already belongs to tasks[0] (tasks must be disjoint)", id="overlap"),
+        pytest.param(
+            [[0, 1], [1, 2], [3, 4, 5]],
+            "tasks[1]: class 1 already belongs to tasks[0] (tasks must be disjoint)",
+            id="overlap",
+        ),
         pytest.param([[0, 1], [2, 3], [4, 6]], "tasks: class ids must be 0 … 5; missing 5", id="missing-id"),
-        pytest.param([[0, 1], [], [2, 3, 4, 5]], "tasks[1]: a task must hold at least one class", id="empty-task"),
+        pytest.param(
+            [[0, 1], [], [2, 3, 4, 5]], "tasks[1]: a task must hold at least one class", id="empty-task"
+        ),
         pytest.param([[0, 1], [2, -3], [4, 5]], "tasks[1]: class id -3 is negative", id="negative-id"),
         pytest.param([], "tasks: at least one task is required", id="no-tasks"),
     ],
@@ -83,7 +89,11 @@ def test_accuracy_length_must_be_c(doc: dict) -> None:
 
 @pytest.mark.parametrize(
     "value, shown",
-    [pytest.param(1.5, "1.5", id="above-one"), pytest.param(-0.1, "-0.1", id="negative"), pytest.param(math.nan, "NaN", id="nan")],
+    [
+        pytest.param(1.5, "1.5", id="above-one"),
+        pytest.param(-0.1, "-0.1", id="negative"),
+        pytest.param(math.nan, "NaN", id="nan"),
+    ],
 )
 def test_accuracy_outside_unit_interval(doc: dict, value: float, shown: str) -> None:
     point = doc["points"][0]
@@ -97,7 +107,9 @@ def test_accuracy_outside_unit_interval(doc: dict, value: float, shown: str) -> 
 
 def test_accuracy_instead_of_counts_is_valid(doc: dict) -> None:
     for point in doc["points"]:
-        point["accuracy"] = [c / t if t else None for c, t in zip(point.pop("correct"), point.pop("total"), strict=True)]
+        point["accuracy"] = [
+            c / t if t else None for c, t in zip(point.pop("correct"), point.pop("total"), strict=True)
+        ]
     log = EvaluationLog.parse(doc)
     assert not log.points[0].has_counts
 
@@ -127,7 +139,10 @@ def test_iterations_strictly_increasing(doc: dict) -> None:
 def test_task_without_task_end(doc: dict) -> None:
     doc["points"][3]["task_end"] = False
     msgs = problems(doc)
-    assert "points[4].task: task 2 ended without a task_end point (its last point must have task_end: true)" in msgs
+    assert (
+        "points[4].task: task 2 ended without a task_end point (its last point must have task_end: true)"
+        in msgs
+    )
 
 
 def test_last_task_without_task_end(doc: dict) -> None:
@@ -140,7 +155,10 @@ def test_last_task_without_task_end(doc: dict) -> None:
 
 def test_several_task_ends(doc: dict) -> None:
     doc["points"][2]["task_end"] = True
-    assert "points[3].task_end: task 2 already has a task_end point at points[2] (exactly one per task)" in problems(doc)
+    assert (
+        "points[3].task_end: task 2 already has a task_end point at points[2] (exactly one per task)"
+        in problems(doc)
+    )
 
 
 def test_task_end_not_last_point_of_task(doc: dict) -> None:
@@ -171,18 +189,28 @@ def test_task_beyond_the_split(doc: dict) -> None:
 def test_task_end_must_evaluate_all_seen_classes(doc: dict) -> None:
     doc["points"][3]["total"][0] = 0
     doc["points"][3]["correct"][0] = 0
-    assert problems(doc) == ["points[3]: task-end point of task 2 does not evaluate class(es) 0 of tasks 1 … 2"]
+    assert problems(doc) == [
+        "points[3]: task-end point of task 2 does not evaluate class(es) 0 of tasks 1 … 2"
+    ]
 
 
 def test_points_before_first_update_are_allowed(doc: dict) -> None:
-    first = {"iteration": 0, "task": 1, "task_end": False, "correct": [0, 0, 0, 0, 0, 0], "total": [0, 0, 0, 0, 0, 0]}
+    first = {
+        "iteration": 0,
+        "task": 1,
+        "task_end": False,
+        "correct": [0, 0, 0, 0, 0, 0],
+        "total": [0, 0, 0, 0, 0, 0],
+    }
     doc["points"].insert(0, first)
     assert EvaluationLog.parse(doc).points[0].iteration == 0
 
 
 def test_field_types_are_checked_with_their_path(doc: dict) -> None:
     doc["points"][3]["iteration"] = "late"
-    assert problems(doc) == ["points[3].iteration: Input should be a valid integer, unable to parse string as an integer"]
+    assert problems(doc) == [
+        "points[3].iteration: Input should be a valid integer, unable to parse string as an integer"
+    ]
 
 
 def test_unknown_format_is_rejected(doc: dict) -> None:

@@ -34,8 +34,16 @@ def test_yaml_and_json_round_trip(tmp_path):
 def test_overrides_with_dotted_keys_and_yaml_values():
     spec = JobSpec.load(EXAMPLES / "digits-finetune.yaml")
     out = spec.with_overrides(
-        ["strategy.name=er", "strategy.mem_size=50", "training.epochs=2", "seeds=[0,1,2]",
-         "evaluation.eval_every=null", "device=cpu", "scenario.tasks=[[0,1,2],[3,4,5,6,7,8,9]]", "scenario.n_tasks=null"]
+        [
+            "strategy.name=er",
+            "strategy.mem_size=50",
+            "training.epochs=2",
+            "seeds=[0,1,2]",
+            "evaluation.eval_every=null",
+            "device=cpu",
+            "scenario.tasks=[[0,1,2],[3,4,5,6,7,8,9]]",
+            "scenario.n_tasks=null",
+        ]
     )
     assert out.strategy.name == "er" and out.strategy.params == {"mem_size": 50}
     assert out.training.epochs == 2 and out.seeds == [0, 1, 2] and out.evaluation.eval_every is None
@@ -49,17 +57,59 @@ def test_overrides_with_dotted_keys_and_yaml_values():
     [
         pytest.param({"scenario": {"n_tasks": 5}}, "data: Field required", id="missing-data"),
         pytest.param({"data": "digits"}, "scenario: Field required", id="missing-scenario"),
-        pytest.param({"data": "csv", "scenario": {"n_tasks": 2}}, "data: Input tag 'csv' found using 'kind' does not match", id="unknown-data-kind"),
-        pytest.param({"data": {"kind": "npz"}, "scenario": {"n_tasks": 2}}, "data.path: Field required", id="npz-needs-path"),
-        pytest.param({"data": "digits", "scenario": {}}, "scenario: give n_tasks (equal tasks) or tasks", id="no-split"),
-        pytest.param({"data": "digits", "scenario": {"tasks": [[0], [0, 1]]}}, "scenario: tasks: a class appears in more than one task", id="overlap"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "training": {"batch_size": 0}}, "training.batch_size: Input should be greater than or equal to 1", id="batch-size"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "training": {"optimiser": "sgd"}}, "training.optimiser: Extra inputs are not permitted", id="typo-field"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "device": "gpu"}, "device: 'gpu' is not a device", id="device"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "seeds": [1, 1]}, "seeds: Value error, seeds must be distinct" , id="seeds"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "mode": "evaluate"}, "checkpoints: evaluate mode needs at least one checkpoint", id="evaluate-needs-checkpoints"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "model": {"weights": "w.safetensors"}}, "model: weights need arch", id="weights-need-arch"),
-        pytest.param({"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "vit"}}, "model.arch: Input should be 'mlp', 'cnn' or 'resnet18-slim'", id="arch"),
+        pytest.param(
+            {"data": "csv", "scenario": {"n_tasks": 2}},
+            "data: Input tag 'csv' found using 'kind' does not match",
+            id="unknown-data-kind",
+        ),
+        pytest.param(
+            {"data": {"kind": "npz"}, "scenario": {"n_tasks": 2}},
+            "data.path: Field required",
+            id="npz-needs-path",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {}}, "scenario: give n_tasks (equal tasks) or tasks", id="no-split"
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"tasks": [[0], [0, 1]]}},
+            "scenario: tasks: a class appears in more than one task",
+            id="overlap",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "training": {"batch_size": 0}},
+            "training.batch_size: Input should be greater than or equal to 1",
+            id="batch-size",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "training": {"optimiser": "sgd"}},
+            "training.optimiser: Extra inputs are not permitted",
+            id="typo-field",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "device": "gpu"},
+            "device: 'gpu' is not a device",
+            id="device",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "seeds": [1, 1]},
+            "seeds: Value error, seeds must be distinct",
+            id="seeds",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "mode": "evaluate"},
+            "checkpoints: evaluate mode needs at least one checkpoint",
+            id="evaluate-needs-checkpoints",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "model": {"weights": "w.safetensors"}},
+            "model: weights need arch",
+            id="weights-need-arch",
+        ),
+        pytest.param(
+            {"data": "digits", "scenario": {"n_tasks": 2}, "model": {"arch": "vit"}},
+            "model.arch: Input should be 'mlp', 'cnn' or 'resnet18-slim'",
+            id="arch",
+        ),
     ],
 )
 def test_errors_name_field_and_reason(document, problem):
@@ -93,12 +143,18 @@ def test_load_errors(tmp_path):
 
 
 def test_checkpoint_syntax():
-    assert CheckpointSpec.model_validate("a/b.pt@120:3") == CheckpointSpec(path="a/b.pt", iteration=120, task=3)
+    assert CheckpointSpec.model_validate("a/b.pt@120:3") == CheckpointSpec(
+        path="a/b.pt", iteration=120, task=3
+    )
     assert CheckpointSpec.model_validate("x@y.pt") == CheckpointSpec(path="x@y.pt")
-    spec = JobSpec.parse({"data": "digits", "scenario": {"n_tasks": 2}, "mode": "evaluate", "checkpoints": ["a.pt", "b.pt@7"]})
+    spec = JobSpec.parse(
+        {"data": "digits", "scenario": {"n_tasks": 2}, "mode": "evaluate", "checkpoints": ["a.pt", "b.pt@7"]}
+    )
     assert [c.iteration for c in spec.checkpoints] == [None, 7]
 
 
 def test_json_schema_is_generated():
     schema = JobSpec.model_json_schema()
-    assert {"data", "scenario", "model", "strategy", "training", "evaluation", "seeds", "device"} <= set(schema["properties"])
+    assert {"data", "scenario", "model", "strategy", "training", "evaluation", "seeds", "device"} <= set(
+        schema["properties"]
+    )

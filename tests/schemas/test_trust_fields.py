@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from clgate.schemas.decision import Decision, Hashes
 from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 from clgate.schemas.job import JobSpec, JobSpecError
@@ -20,9 +21,7 @@ def test_a_log_without_the_new_fields_is_still_valid_and_not_diverged():
 
 
 def test_diverged_needs_partial_and_names_where():
-    log = EvaluationLog.parse(
-        {**OLD_LOG, "diverged": {"task": 2, "iteration": 7, "reason": "loss is nan"}}
-    )
+    log = EvaluationLog.parse({**OLD_LOG, "diverged": {"task": 2, "iteration": 7, "reason": "loss is nan"}})
     assert log.diverged is not None and log.diverged.iteration == 7
     with pytest.raises(EvaluationLogError, match="diverged: a diverged run stopped early"):
         EvaluationLog.parse(

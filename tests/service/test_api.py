@@ -14,8 +14,14 @@ from clgate.store.settings import Settings
 
 ROLE_ORDER = ["viewer", "submitter", "approver", "admin"]
 PUBLIC = {"/healthz", "/readyz"}
-FILL = {"job_id": "0" * 32, "ref": "sha256:" + "0" * 64, "name": "p", "version": "1", "model_name": "m",
-        "key_id": "0" * 16}
+FILL = {
+    "job_id": "0" * 32,
+    "ref": "sha256:" + "0" * 64,
+    "name": "p",
+    "version": "1",
+    "model_name": "m",
+    "key_id": "0" * 16,
+}
 
 
 def _required_role(route: APIRoute) -> str | None:
@@ -50,7 +56,9 @@ def _routes():
         for method in sorted(route.methods - {"HEAD"}):
             out.append(pytest.param(method, path, _required_role(route), id=f"{method} {path}"))
     openapi = {(m.upper(), p) for p, ops in app.openapi()["paths"].items() for m in ops if p not in PUBLIC}
-    assert {(p.values[0], p.values[1].replace(":path", "")) for p in out} == openapi, "route walk disagrees with the OpenAPI schema"
+    assert {(p.values[0], p.values[1].replace(":path", "")) for p in out} == openapi, (
+        "route walk disagrees with the OpenAPI schema"
+    )
     return out
 
 
@@ -66,7 +74,11 @@ def test_every_route_but_health_needs_a_role():
 @pytest.mark.parametrize(("method", "path", "role"), ROUTES)
 def test_route_refuses_missing_invalid_and_lower_keys(api, method, path, role):
     url = re.sub(r"\{(\w+)(?::path)?\}", lambda m: FILL.get(m[1], "x"), path)
-    for headers in ({}, {"X-API-Key": "clg_0000000000000000_" + "b" * 43}, {"Authorization": "Bearer nonsense"}):
+    for headers in (
+        {},
+        {"X-API-Key": "clg_0000000000000000_" + "b" * 43},
+        {"Authorization": "Bearer nonsense"},
+    ):
         r = api.request(method, url, headers=headers)
         assert r.status_code == 401, (headers, r.text)
         assert r.json()["error"] == "unauthenticated" and r.json()["reason"]
@@ -79,7 +91,10 @@ def test_route_refuses_missing_invalid_and_lower_keys(api, method, path, role):
 
 
 def test_bearer_and_header_keys_and_whoami(api):
-    assert api.get("/v1/whoami", headers={"Authorization": f"Bearer {api.keys['approver']}"}).json()["role"] == "approver"
+    assert (
+        api.get("/v1/whoami", headers={"Authorization": f"Bearer {api.keys['approver']}"}).json()["role"]
+        == "approver"
+    )
     assert api.get("/v1/whoami", headers=api.as_role("viewer")).json()["name"] == "t-viewer"
 
 
@@ -124,8 +139,16 @@ def test_openapi_needs_a_key_unless_the_docs_are_public(api, app_factory, test_c
 
 def test_openapi_lists_the_v1_routes(api):
     spec = api.get("/openapi.json", headers=api.as_role("viewer")).json()
-    for path in ("/v1/artifacts", "/v1/jobs", "/v1/jobs/{job_id}/regate", "/v1/jobs/{job_id}/waivers",
-                 "/v1/policies", "/v1/baselines/{model_name}", "/v1/audit", "/metrics"):
+    for path in (
+        "/v1/artifacts",
+        "/v1/jobs",
+        "/v1/jobs/{job_id}/regate",
+        "/v1/jobs/{job_id}/waivers",
+        "/v1/policies",
+        "/v1/baselines/{model_name}",
+        "/v1/audit",
+        "/metrics",
+    ):
         assert path in spec["paths"], path
 
 
@@ -134,7 +157,9 @@ def test_upload_is_content_addressed_and_downloadable(api):
     sub = api.as_role("submitter")
     data = b"model weights" * 1000
     digest = hashlib.sha256(data).hexdigest()
-    r = api.post("/v1/artifacts", params={"kind": "model", "filename": "w.safetensors"}, content=data, headers=sub)
+    r = api.post(
+        "/v1/artifacts", params={"kind": "model", "filename": "w.safetensors"}, content=data, headers=sub
+    )
     assert r.status_code == 201 and r.json()["sha256"] == digest and r.json()["size"] == len(data)
     assert api.post("/v1/artifacts", content=data, headers=sub).status_code == 200  # stored once
     got = api.get(f"/v1/artifacts/sha256:{digest}/content", headers=api.as_role("viewer"))
@@ -144,8 +169,12 @@ def test_upload_is_content_addressed_and_downloadable(api):
 
 
 def test_upload_checks_the_expected_digest(api):
-    r = api.post("/v1/artifacts", params={"sha256": "sha256:" + "1" * 64}, content=b"abc",
-                 headers=api.as_role("submitter"))
+    r = api.post(
+        "/v1/artifacts",
+        params={"sha256": "sha256:" + "1" * 64},
+        content=b"abc",
+        headers=api.as_role("submitter"),
+    )
     assert r.status_code == 422 and "expected" in r.json()["reason"]
 
 
@@ -179,8 +208,11 @@ def test_unknown_and_malformed_artifacts(api):
 
 # ---------------------------------------------------------------------- policies
 def test_policy_validation_names_the_rule(api):
-    r = api.post("/v1/policies", json={"name": "p", "rules": [{"metric": "mika", "floor": 0.5}]},
-                 headers=api.as_role("approver"))
+    r = api.post(
+        "/v1/policies",
+        json={"name": "p", "rules": [{"metric": "mika", "floor": 0.5}]},
+        headers=api.as_role("approver"),
+    )
     assert r.status_code == 422
     assert "rules[0].metric" in r.json()["reason"] and "mika" in r.json()["reason"]
 
@@ -204,8 +236,11 @@ def test_policy_versions_are_immutable(api):
 # ---------------------------------------------------------------------- jobs: validation
 @pytest.fixture
 def with_policy(api):
-    api.post("/v1/policies", json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.1}]},
-             headers=api.as_role("approver"))
+    api.post(
+        "/v1/policies",
+        json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.1}]},
+        headers=api.as_role("approver"),
+    )
     return {"name": "p", "version": "1"}
 
 
@@ -217,16 +252,41 @@ def _submit(api, body):
     ("body", "expected"),
     [
         pytest.param({"mode": "retrain", "model_name": "m"}, "policy", id="missing-policy"),
-        pytest.param({"mode": "retrain", "model_name": "m", "policy": {"name": "p", "version": "1"}},
-                     "spec: retrain mode needs a job spec", id="retrain-without-spec"),
-        pytest.param({"mode": "metrics", "model_name": "m", "policy": {"name": "p", "version": "1"}, "logs": []},
-                     "metrics mode needs at least one", id="metrics-without-logs"),
-        pytest.param({"mode": "metrics", "model_name": "a b", "policy": {"name": "p", "version": "1"},
-                      "logs": ["sha256:" + "a" * 64]}, "model_name", id="bad-model-name"),
-        pytest.param({"mode": "train", "model_name": "m", "policy": {"name": "p", "version": "1"}}, "mode",
-                     id="unknown-mode"),
-        pytest.param({"mode": "metrics", "model_name": "m", "policy": {"name": "p", "version": "1"},
-                      "logs": ["md5:abc"]}, "logs[0]", id="bad-log-ref"),
+        pytest.param(
+            {"mode": "retrain", "model_name": "m", "policy": {"name": "p", "version": "1"}},
+            "spec: retrain mode needs a job spec",
+            id="retrain-without-spec",
+        ),
+        pytest.param(
+            {"mode": "metrics", "model_name": "m", "policy": {"name": "p", "version": "1"}, "logs": []},
+            "metrics mode needs at least one",
+            id="metrics-without-logs",
+        ),
+        pytest.param(
+            {
+                "mode": "metrics",
+                "model_name": "a b",
+                "policy": {"name": "p", "version": "1"},
+                "logs": ["sha256:" + "a" * 64],
+            },
+            "model_name",
+            id="bad-model-name",
+        ),
+        pytest.param(
+            {"mode": "train", "model_name": "m", "policy": {"name": "p", "version": "1"}},
+            "mode",
+            id="unknown-mode",
+        ),
+        pytest.param(
+            {
+                "mode": "metrics",
+                "model_name": "m",
+                "policy": {"name": "p", "version": "1"},
+                "logs": ["md5:abc"],
+            },
+            "logs[0]",
+            id="bad-log-ref",
+        ),
     ],
 )
 def test_job_body_errors_are_422_with_reasons(api, with_policy, body, expected):
@@ -237,17 +297,28 @@ def test_job_body_errors_are_422_with_reasons(api, with_policy, body, expected):
 
 
 def test_job_refers_to_existing_policy_and_artifacts(api, with_policy):
-    r = _submit(api, {"mode": "metrics", "model_name": "m", "policy": {"name": "p", "version": "7"},
-                      "logs": ["sha256:" + "a" * 64]})
+    r = _submit(
+        api,
+        {
+            "mode": "metrics",
+            "model_name": "m",
+            "policy": {"name": "p", "version": "7"},
+            "logs": ["sha256:" + "a" * 64],
+        },
+    )
     assert r.status_code == 422 and "policy p version 7 does not exist" in r.json()["reason"]
-    r = _submit(api, {"mode": "metrics", "model_name": "m", "policy": with_policy, "logs": ["sha256:" + "a" * 64]})
+    r = _submit(
+        api, {"mode": "metrics", "model_name": "m", "policy": with_policy, "logs": ["sha256:" + "a" * 64]}
+    )
     assert r.status_code == 422 and "does not exist" in r.json()["reason"]
 
 
 def test_spec_cannot_name_server_paths(api, with_policy):
     spec = {"data": {"kind": "npz", "path": "/etc/passwd"}, "scenario": {"n_tasks": 2}}
     r = _submit(api, {"mode": "retrain", "model_name": "m", "policy": with_policy, "spec": spec})
-    assert r.status_code == 422 and "spec.data.path" in r.json()["reason"] and "artifact" in r.json()["reason"]
+    assert (
+        r.status_code == 422 and "spec.data.path" in r.json()["reason"] and "artifact" in r.json()["reason"]
+    )
 
 
 def test_spec_errors_name_the_field(api, with_policy):
@@ -277,7 +348,11 @@ def test_baseline_needs_a_succeeded_job(api):
 def test_errors_are_json_with_a_reason(api):
     r = api.get("/v1/nothing-here", headers=api.as_role("viewer"))
     assert r.status_code == 404 and r.json()["error"] == "not_found" and r.json()["reason"]
-    r = api.post("/v1/jobs", content=b"{not json", headers={**api.as_role("submitter"), "content-type": "application/json"})
+    r = api.post(
+        "/v1/jobs",
+        content=b"{not json",
+        headers={**api.as_role("submitter"), "content-type": "application/json"},
+    )
     assert r.status_code == 422 and r.json()["error"] == "invalid"
 
 
@@ -311,16 +386,30 @@ def test_job_list_pagination_and_filters(api):
         s.add(p)
         s.flush()
         for i in range(5):
-            s.add(Job(mode="metrics" if i % 2 else "retrain", queue="cpu" if i % 2 else "gpu",
-                      model_name=f"m{i % 2}", policy_id=p.id, progress={}, state="succeeded" if i < 3 else "queued",
-                      created_at=t0 + dt.timedelta(minutes=i)))
+            s.add(
+                Job(
+                    mode="metrics" if i % 2 else "retrain",
+                    queue="cpu" if i % 2 else "gpu",
+                    model_name=f"m{i % 2}",
+                    policy_id=p.id,
+                    progress={},
+                    state="succeeded" if i < 3 else "queued",
+                    created_at=t0 + dt.timedelta(minutes=i),
+                )
+            )
     view = api.as_role("viewer")
     page = api.get("/v1/jobs", params={"skip": 1, "limit": 2}, headers=view).json()
     assert page["count"] == 5 and len(page["data"]) == 2
-    assert [j["created_at"][:16] for j in page["data"]] == ["2026-01-01T00:03", "2026-01-01T00:02"]  # newest first
+    assert [j["created_at"][:16] for j in page["data"]] == [
+        "2026-01-01T00:03",
+        "2026-01-01T00:02",
+    ]  # newest first
     assert api.get("/v1/jobs", params={"model_name": "m1"}, headers=view).json()["count"] == 2
     assert api.get("/v1/jobs", params={"state": "queued"}, headers=view).json()["count"] == 2
-    assert api.get("/v1/jobs", params={"mode": "metrics", "state": "succeeded"}, headers=view).json()["count"] == 1
+    assert (
+        api.get("/v1/jobs", params={"mode": "metrics", "state": "succeeded"}, headers=view).json()["count"]
+        == 1
+    )
 
 
 def test_keys_belong_to_a_project(api):

@@ -10,8 +10,14 @@ POLICY = {"name": "b", "version": "1", "rules": [{"metric": "acc", "floor": 0.0}
 
 
 def _spec(**over) -> dict:
-    spec = {"data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 8},
-            "training": {"iterations": 2}, "seeds": [0], "device": "cpu"}
+    spec = {
+        "data": "digits",
+        "scenario": {"n_tasks": 5},
+        "model": {"arch": "mlp", "hidden": 8},
+        "training": {"iterations": 2},
+        "seeds": [0],
+        "device": "cpu",
+    }
     for dotted, value in over.items():
         node = spec
         *parents, leaf = dotted.split(".")
@@ -42,17 +48,22 @@ def test_json_body_size_is_bounded(api, submit):
 
 def test_json_nesting_is_bounded(api):
     deep = "[" * 900 + "]" * 900
-    r = api.post("/v1/policies", content=deep, headers={**api.as_role("approver"), "content-type": "application/json"})
+    r = api.post(
+        "/v1/policies", content=deep, headers={**api.as_role("approver"), "content-type": "application/json"}
+    )
     assert r.status_code == 422 and "CLGATE_MAX_JSON_DEPTH" in r.json()["reason"]
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("model.hidden", 10**9, "65536"),
-    ("strategy.mem_size", 10**12, "MAX_MEMORY_SIZE"),
-    ("seeds", list(range(5000)), "at most 100"),
-    ("training.iterations", 10**12, "10000000"),
-    ("cpu_threads", 100000, "cores"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("model.hidden", 10**9, "65536"),
+        ("strategy.mem_size", 10**12, "MAX_MEMORY_SIZE"),
+        ("seeds", list(range(5000)), "at most 100"),
+        ("training.iterations", 10**12, "10000000"),
+        ("cpu_threads", 100000, "cores"),
+    ],
+)
 def test_spec_sizes_are_bounded(submit, field, value, words):
     spec = _spec(**{field: value})
     if field == "strategy.mem_size":
@@ -64,9 +75,13 @@ def test_spec_sizes_are_bounded(submit, field, value, words):
 
 @pytest.mark.parametrize("text", ["Infinity", "-Infinity", "NaN", "1e999"])
 def test_non_finite_numbers_are_refused(api, text):
-    body = ('{"mode": "retrain", "model_name": "b", "policy": {"name": "b", "version": "1"}, '
-            f'"spec": {{"data": "digits", "scenario": {{"n_tasks": 5}}, "training": {{"lr": {text}}}}}}}')
-    r = api.post("/v1/jobs", content=body, headers={**api.as_role("submitter"), "content-type": "application/json"})
+    body = (
+        '{"mode": "retrain", "model_name": "b", "policy": {"name": "b", "version": "1"}, '
+        f'"spec": {{"data": "digits", "scenario": {{"n_tasks": 5}}, "training": {{"lr": {text}}}}}}}'
+    )
+    r = api.post(
+        "/v1/jobs", content=body, headers={**api.as_role("submitter"), "content-type": "application/json"}
+    )
     assert r.status_code == 422 and "finite" in r.json()["reason"], r.text
 
 
@@ -97,8 +112,13 @@ def test_npz_decompression_bomb_is_refused_before_allocation(tmp_path):
     from clgate.engine.data import check_npz_limits
 
     bomb = tmp_path / "bomb.npz"
-    np.savez_compressed(bomb, x_train=np.zeros((200_000, 64), "float32"), y_train=np.zeros(200_000, "int64"),
-                        x_test=np.zeros((10, 64), "float32"), y_test=np.zeros(10, "int64"))
+    np.savez_compressed(
+        bomb,
+        x_train=np.zeros((200_000, 64), "float32"),
+        y_train=np.zeros(200_000, "int64"),
+        x_test=np.zeros((10, 64), "float32"),
+        y_test=np.zeros(10, "int64"),
+    )
     assert bomb.stat().st_size < 1_000_000  # 53 MB inflated, well under 1 MB on disk
     tracemalloc.start()
     problems = check_npz_limits(bomb, max_bytes=10_000_000, max_samples=100_000)
@@ -124,8 +144,13 @@ def test_a_job_with_a_bomb_npz_fails_with_the_limit(tmp_path):
     upgrade(settings.resolved_database_url())
     ctx = runner.store_for(settings)
     buf = io.BytesIO()
-    np.savez_compressed(buf, x_train=np.zeros((50_000, 64), "float32"), y_train=np.zeros(50_000, "int64"),
-                        x_test=np.zeros((10, 64), "float32"), y_test=np.zeros(10, "int64"))
+    np.savez_compressed(
+        buf,
+        x_train=np.zeros((50_000, 64), "float32"),
+        y_train=np.zeros(50_000, "int64"),
+        x_test=np.zeros((10, 64), "float32"),
+        y_test=np.zeros(10, "int64"),
+    )
     stored = ctx.artifacts.put_bytes(buf.getvalue())
     with session_scope(ctx.sessions) as s:
         s.add(Artifact(sha256=stored.sha256, size=stored.size, kind="data", filename="bomb.npz"))

@@ -50,9 +50,14 @@ def test_json_lines_log_in_a_metrics_job(api, example_log):
     assert jsonl.count(b"\n") > 2
     api.post("/v1/policies", json=POLICY, headers=api.as_role("approver")).raise_for_status()
     h = api.as_role("submitter")
-    ref = api.post("/v1/artifacts", params={"kind": "log", "filename": "run.jsonl"}, content=jsonl, headers=h).json()["ref"]
-    job = api.post("/v1/jobs", json={"mode": "metrics", "model_name": "jl", "logs": [ref],
-                                     "policy": {"name": "c", "version": "1"}}, headers=h).json()
+    ref = api.post(
+        "/v1/artifacts", params={"kind": "log", "filename": "run.jsonl"}, content=jsonl, headers=h
+    ).json()["ref"]
+    job = api.post(
+        "/v1/jobs",
+        json={"mode": "metrics", "model_name": "jl", "logs": [ref], "policy": {"name": "c", "version": "1"}},
+        headers=h,
+    ).json()
     deadline = time.monotonic() + 120
     while (state := api.get(f"/v1/jobs/{job['id']}", headers=h).json())["state"] in ("queued", "running"):
         assert time.monotonic() < deadline
@@ -84,8 +89,18 @@ def test_broker_down_submission_creates_no_job(app_factory, test_client_class, e
     h = {"X-API-Key": ADMIN_KEY}
     with test_client_class(app) as client:
         client.post("/v1/policies", json=POLICY, headers=h).raise_for_status()
-        ref = client.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
-        r = client.post("/v1/jobs", json={"mode": "metrics", "model_name": "down", "logs": [ref],
-                                          "policy": {"name": "c", "version": "1"}}, headers=h)
+        ref = client.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()[
+            "ref"
+        ]
+        r = client.post(
+            "/v1/jobs",
+            json={
+                "mode": "metrics",
+                "model_name": "down",
+                "logs": [ref],
+                "policy": {"name": "c", "version": "1"},
+            },
+            headers=h,
+        )
         assert r.status_code == 503 and "no job was created" in r.json()["reason"], r.text
         assert client.get("/v1/jobs", headers=h).json()["count"] == 0

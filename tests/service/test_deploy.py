@@ -50,8 +50,12 @@ def check_clgate_command(argv: list[str]) -> None:
 
 def test_command_check_rejects_what_the_cli_rejects():
     check_clgate_command(["clgate", "worker", "--queues", "gpu", "--concurrency", "1"])
-    for bad in (["clgate", "worker", "--queue", "gpu"], ["clgate", "serv"], ["clgate", "db", "downgrade"],
-                ["clgate", "serve", "--port", "x"]):
+    for bad in (
+        ["clgate", "worker", "--queue", "gpu"],
+        ["clgate", "serv"],
+        ["clgate", "db", "downgrade"],
+        ["clgate", "serve", "--port", "x"],
+    ):
         with pytest.raises(Exception):  # noqa: B017 - click's usage errors
             check_clgate_command(bad)
 
@@ -67,7 +71,16 @@ def _image_ok(image: str) -> None:
 def test_compose_services_and_references():
     doc = compose()
     services = doc["services"]
-    assert {"api", "worker-gpu", "worker-cpu", "redis", "postgres", "prometheus", "alertmanager", "grafana"} <= set(services)
+    assert {
+        "api",
+        "worker-gpu",
+        "worker-cpu",
+        "redis",
+        "postgres",
+        "prometheus",
+        "alertmanager",
+        "grafana",
+    } <= set(services)
     for name, svc in services.items():
         _image_ok(svc["image"])
         if "build" in svc:
@@ -81,7 +94,7 @@ def test_compose_services_and_references():
                 assert (DEPLOY / source).exists(), (name, source)
             else:
                 assert source in doc["volumes"], (name, source)
-        for key in (svc.get("environment") or {}):
+        for key in svc.get("environment") or {}:
             if key.startswith("CLGATE_"):
                 assert key in SETTINGS, (name, key)
     # every service that runs clgate builds on one image that is built somewhere in the file
@@ -98,7 +111,10 @@ def test_compose_gpu_worker_redis_persistence_and_queues():
     assert "--appendonly" in services["redis"]["command"] and services["redis"]["volumes"]
     env = services["api"]["environment"]
     assert env["CLGATE_BROKER_URL"].startswith("redis://redis:")
-    assert env["CLGATE_DATABASE_URL"].startswith("postgresql+psycopg://") and "@postgres:" in env["CLGATE_DATABASE_URL"]
+    assert (
+        env["CLGATE_DATABASE_URL"].startswith("postgresql+psycopg://")
+        and "@postgres:" in env["CLGATE_DATABASE_URL"]
+    )
     for secret in compose()["secrets"].values():
         assert secret["file"].startswith("./secrets/")  # operator-provided, git-ignored
     assert (DEPLOY / "secrets" / ".gitignore").read_text().strip().splitlines()[-2:] == ["*", "!.gitignore"]
@@ -122,10 +138,13 @@ def test_prometheus_alertmanager_grafana_configs():
     scrape = prom["scrape_configs"][0]
     assert scrape["metrics_path"] == "/metrics" and scrape["static_configs"][0]["targets"] == ["api:8000"]
     exporter = prom["scrape_configs"][1]
-    assert exporter["job_name"] == "clgate-exporter" and exporter["static_configs"][0]["targets"] == ["exporter:9108"]
+    assert exporter["job_name"] == "clgate-exporter" and exporter["static_configs"][0]["targets"] == [
+        "exporter:9108"
+    ]
     assert compose()["services"]["exporter"]["command"][:2] == ["clgate", "exporter"]
     assert scrape["authorization"]["credentials_file"] in {
-        s["target"] for s in compose()["services"]["prometheus"]["secrets"]}
+        s["target"] for s in compose()["services"]["prometheus"]["secrets"]
+    }
     am = yaml.safe_load((DEPLOY / "alertmanager" / "alertmanager.yml").read_text())
     names = {r["name"] for r in am["receivers"]}
     assert am["route"]["receiver"] in names and all(r["receiver"] in names for r in am["route"]["routes"])
@@ -141,7 +160,9 @@ def test_prometheus_alertmanager_grafana_configs():
     for panel in dash["panels"]:
         for target in panel["targets"]:
             if "clgate_model_" in target["expr"]:
-                assert 'model=~"$model"' in target["expr"] and 'project=~"$project"' in target["expr"], panel["title"]
+                assert 'model=~"$model"' in target["expr"] and 'project=~"$project"' in target["expr"], panel[
+                    "title"
+                ]
     provider = yaml.safe_load((DEPLOY / "grafana" / "provisioning" / "dashboards" / "clgate.yml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
@@ -149,7 +170,10 @@ def test_prometheus_alertmanager_grafana_configs():
 def _containers(doc: dict) -> list[dict]:
     spec = doc.get("spec", {})
     template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get("template") or {}
-    return [*template.get("spec", {}).get("initContainers", []), *template.get("spec", {}).get("containers", [])]
+    return [
+        *template.get("spec", {}).get("initContainers", []),
+        *template.get("spec", {}).get("containers", []),
+    ]
 
 
 def test_k8s_manifests_reference_existing_things():
@@ -201,8 +225,11 @@ def test_k8s_gpu_pool_probes_and_queue_scaling():
         assert ("Service", "redis") in docs
         probe = _containers(docs[("Deployment", name)])[0]["livenessProbe"]["exec"]["command"][-1]
         assert f"clgate-{queue}@" in probe  # the node name `clgate worker --queues {queue}` gives itself
-    prom_trigger = next(t for t in docs[("ScaledObject", "clgate-worker-gpu")]["spec"]["triggers"]
-                        if t["type"] == "prometheus")
+    prom_trigger = next(
+        t
+        for t in docs[("ScaledObject", "clgate-worker-gpu")]["spec"]["triggers"]
+        if t["type"] == "prometheus"
+    )
     # running jobs only (queued ones are the redis trigger's), from the exporter: counted once per deployment
     query = prom_trigger["metadata"]["query"]
     assert "clgate_jobs" in query and 'job="clgate-exporter"' in query and 'state="running"' in query
@@ -212,7 +239,9 @@ def test_k8s_deployment_series_exported_once_and_scrapeable_with_a_key():
     docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()}
     api = docs[("Deployment", "clgate-api")]
     assert api["spec"]["replicas"] >= 2
-    assert not any(k.startswith("prometheus.io/") for k in api["spec"]["template"]["metadata"].get("annotations", {}))
+    assert not any(
+        k.startswith("prometheus.io/") for k in api["spec"]["template"]["metadata"].get("annotations", {})
+    )
     exporter = docs[("Deployment", "clgate-exporter")]
     assert exporter["spec"]["replicas"] == 1 and exporter["spec"]["strategy"]["type"] == "Recreate"
     assert _containers(exporter)[0]["command"][:2] == ["clgate", "exporter"]
@@ -226,12 +255,17 @@ def test_k8s_deployment_series_exported_once_and_scrapeable_with_a_key():
     assert docs[("ServiceMonitor", "clgate-exporter")]["spec"]["endpoints"][0]["port"] == "metrics"
     plain = yaml.safe_load((DEPLOY / "prometheus" / "prometheus-k8s.yml").read_text())
     jobs = {c["job_name"]: c for c in plain["scrape_configs"]}
-    assert set(jobs) == {"clgate-api", "clgate-exporter"} and "credentials_file" in jobs["clgate-api"]["authorization"]
+    assert (
+        set(jobs) == {"clgate-api", "clgate-exporter"}
+        and "credentials_file" in jobs["clgate-api"]["authorization"]
+    )
 
 
 # ---------------------------------------------------------------------- database roles
 def _env_of(container: dict) -> dict[str, str]:
-    return {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container.get("env", []) if "valueFrom" in e}
+    return {
+        e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container.get("env", []) if "valueFrom" in e
+    }
 
 
 def test_migrations_run_as_the_owner_role_and_the_service_as_the_app_role():
@@ -242,7 +276,10 @@ def test_migrations_run_as_the_owner_role_and_the_service_as_the_app_role():
     for name in ("api", "worker-gpu", "worker-cpu"):
         assert "//clgate_app:" in services[name]["environment"]["CLGATE_DATABASE_URL"], name
         assert services[name]["depends_on"]["grant"]["condition"] == "service_completed_successfully"
-    assert "./postgres/init-roles.sh:/docker-entrypoint-initdb.d/10-clgate-roles.sh:ro" in services["postgres"]["volumes"]
+    assert (
+        "./postgres/init-roles.sh:/docker-entrypoint-initdb.d/10-clgate-roles.sh:ro"
+        in services["postgres"]["volumes"]
+    )
     job = next(d for d in manifests() if d["kind"] == "Job" and d["metadata"]["name"] == "clgate-migrate")
     steps = _containers(job)
     assert [c["command"][1:3] for c in steps] == [["db", "upgrade"], ["db", "grant"]]
@@ -269,25 +306,49 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
     psql = shutil.which("psql") or next(iter(sorted(Path("/").glob("usr/lib/postgresql/*/bin/psql"))), None)
     assert psql is not None, "psql not found next to the PostgreSQL server"
     url = urlsplit(postgres_url.replace("postgresql+psycopg", "postgresql"))
-    env = {**os.environ, "PATH": f"{Path(psql).parent}:{os.environ['PATH']}", "PGHOST": url.hostname,
-           "PGPORT": str(url.port), "POSTGRES_USER": url.username, "POSTGRES_DB": url.path.lstrip("/"),
-           "PG_OWNER_PASSWORD": "owner-pw", "PG_APP_PASSWORD": "app-pw"}
-    r = subprocess.run(["sh", str(DEPLOY / "postgres" / "init-roles.sh")], check=False, env=env, capture_output=True, text=True,
-                       timeout=60)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(psql).parent}:{os.environ['PATH']}",
+        "PGHOST": url.hostname,
+        "PGPORT": str(url.port),
+        "POSTGRES_USER": url.username,
+        "POSTGRES_DB": url.path.lstrip("/"),
+        "PG_OWNER_PASSWORD": "owner-pw",
+        "PG_APP_PASSWORD": "app-pw",
+    }
+    r = subprocess.run(
+        ["sh", str(DEPLOY / "postgres" / "init-roles.sh")],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     owner_url = postgres_url.replace("//clgate@", "//clgate_owner:owner-pw@")
     app_url = postgres_url.replace("//clgate@", "//clgate_app:app-pw@")
     cli_env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
     cli_env.update(CLGATE_DATA_DIR=str(tmp_path), CLGATE_DATABASE_URL=owner_url)
     for argv in (["db", "upgrade"], ["db", "grant", "clgate_app"]):
-        r = subprocess.run([sys.executable, "-m", "clgate", *argv], check=False, env=cli_env, capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "clgate", *argv],
+            check=False,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     engine = create_engine(app_url)
     with engine.begin() as conn:
         assert conn.execute(text("SELECT count(*) FROM chain_heads")).scalar() == 3
-    for statement in ("TRUNCATE audit_events", "DELETE FROM decisions", "UPDATE waivers SET approver = 'x'",
-                      "ALTER TABLE audit_events DISABLE TRIGGER ALL", "CREATE TABLE sneaky (x int)"):
+    for statement in (
+        "TRUNCATE audit_events",
+        "DELETE FROM decisions",
+        "UPDATE waivers SET approver = 'x'",
+        "ALTER TABLE audit_events DISABLE TRIGGER ALL",
+        "CREATE TABLE sneaky (x int)",
+    ):
         with engine.connect() as conn, pytest.raises(Exception, match="permission denied|must be owner"):
             conn.execute(text(statement))
     engine.dispose()

@@ -73,8 +73,12 @@ def test_image_folder_archives_run_and_hostile_ones_are_refused(embedded_service
     def run(data: bytes, filename: str, name: str) -> dict:
         r = sub.post("/v1/artifacts", params={"kind": "data", "filename": filename}, content=data)
         assert r.status_code in (200, 201), r.text
-        body = {"mode": "retrain", "model_name": name, "spec": _spec(r.json()["ref"]),
-                "policy": {"name": "e2e-loose", "version": "1"}}
+        body = {
+            "mode": "retrain",
+            "model_name": name,
+            "spec": _spec(r.json()["ref"]),
+            "policy": {"name": "e2e-loose", "version": "1"},
+        }
         r = sub.post("/v1/jobs", json=body)
         assert r.status_code == 202, r.text
         return svc.wait_job(r.json()["id"])

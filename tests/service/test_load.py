@@ -23,7 +23,9 @@ N = 200
 POLICY = {"name": "load", "version": "1", "rules": [{"metric": "acc", "floor": 0.0}]}
 
 
-def _burst(url: str, key: str, requests: list[tuple[str, str, dict | None, dict]]) -> list[httpx.Response | Exception]:
+def _burst(
+    url: str, key: str, requests: list[tuple[str, str, dict | None, dict]]
+) -> list[httpx.Response | Exception]:
     """Send every request at once, one thread each, on one shared connection pool (bounded: 120 s each)."""
     limits = httpx.Limits(max_connections=N + 10, max_keepalive_connections=N + 10)
     with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=120, limits=limits) as client:
@@ -32,7 +34,7 @@ def _burst(url: str, key: str, requests: list[tuple[str, str, dict | None, dict]
             method, path, body, headers = req
             try:
                 return client.request(method, path, json=body, headers=headers)
-            except Exception as exc:  # noqa: BLE001 - counted as an error
+            except Exception as exc:
                 return exc
 
         with ThreadPoolExecutor(max_workers=N) as pool:
@@ -40,8 +42,11 @@ def _burst(url: str, key: str, requests: list[tuple[str, str, dict | None, dict]
 
 
 def _errors(responses, ok: int) -> list[str]:
-    return [repr(r) if isinstance(r, Exception) else f"{r.status_code} {r.text[:200]}"
-            for r in responses if isinstance(r, Exception) or r.status_code != ok]
+    return [
+        repr(r) if isinstance(r, Exception) else f"{r.status_code} {r.text[:200]}"
+        for r in responses
+        if isinstance(r, Exception) or r.status_code != ok
+    ]
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
@@ -53,13 +58,25 @@ def test_bursts_of_200_reads_and_200_submissions(database, tmp_path, request, ex
     try:
         admin = svc.clients["admin"]
         admin.post("/v1/policies", json=POLICY).raise_for_status()
-        ref = svc.clients["submitter"].post("/v1/artifacts", params={"kind": "log"}, content=example_log).json()["ref"]
-        body = {"mode": "metrics", "model_name": "load", "logs": [ref], "policy": {"name": "load", "version": "1"}}
+        ref = (
+            svc.clients["submitter"]
+            .post("/v1/artifacts", params={"kind": "log"}, content=example_log)
+            .json()["ref"]
+        )
+        body = {
+            "mode": "metrics",
+            "model_name": "load",
+            "logs": [ref],
+            "policy": {"name": "load", "version": "1"},
+        }
         first = svc.clients["submitter"].post("/v1/jobs", json=body)
         assert first.status_code == 202, first.text
 
-        reads = _burst(svc.url, svc.clients["viewer"].headers["X-API-Key"],
-                       [("GET", f"/v1/jobs/{first.json()['id']}", None, {})] * N)
+        reads = _burst(
+            svc.url,
+            svc.clients["viewer"].headers["X-API-Key"],
+            [("GET", f"/v1/jobs/{first.json()['id']}", None, {})] * N,
+        )
         assert _errors(reads, 200) == []
 
         submissions = [("POST", "/v1/jobs", body, {"Idempotency-Key": f"load-{i}"}) for i in range(N)]
@@ -89,10 +106,17 @@ def test_bursts_of_200_reads_and_200_submissions(database, tmp_path, request, ex
         engine = create_engine(url)
         try:
             with engine.connect() as conn:
-                assert conn.scalar(select(func.count()).select_from(Job)) == N + 1  # no job without its client
-                per_job = dict(conn.execute(select(Decision.job_id, func.count()).group_by(Decision.job_id)).all())
-                recorded = conn.scalar(select(func.count()).select_from(AuditEvent)
-                                       .where(AuditEvent.action == "decision.recorded"))
+                assert (
+                    conn.scalar(select(func.count()).select_from(Job)) == N + 1
+                )  # no job without its client
+                per_job = dict(
+                    conn.execute(select(Decision.job_id, func.count()).group_by(Decision.job_id)).all()
+                )
+                recorded = conn.scalar(
+                    select(func.count())
+                    .select_from(AuditEvent)
+                    .where(AuditEvent.action == "decision.recorded")
+                )
         finally:
             engine.dispose()
         assert set(per_job) == set(ids) | {first.json()["id"]} and set(per_job.values()) == {1}
@@ -107,7 +131,12 @@ def test_idempotency_key_returns_the_first_job_and_refuses_another_body(api, exa
     h = api.as_role("submitter")
     api.post("/v1/policies", json=POLICY, headers=api.as_role("approver")).raise_for_status()
     ref = api.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
-    body = {"mode": "metrics", "model_name": "idem", "logs": [ref], "policy": {"name": "load", "version": "1"}}
+    body = {
+        "mode": "metrics",
+        "model_name": "idem",
+        "logs": [ref],
+        "policy": {"name": "load", "version": "1"},
+    }
     a = api.post("/v1/jobs", json=body, headers={**h, "Idempotency-Key": "k1"})
     b = api.post("/v1/jobs", json=body, headers={**h, "Idempotency-Key": "k1"})
     assert a.status_code == b.status_code == 202 and a.json()["id"] == b.json()["id"]

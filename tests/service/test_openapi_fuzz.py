@@ -18,18 +18,43 @@ from tests.fixtures.service import ADMIN_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
-CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
-          "response_schema_conformance,response_headers_conformance")
+CHECKS = (
+    "not_a_server_error,status_code_conformance,content_type_conformance,"
+    "response_schema_conformance,response_headers_conformance"
+)
 
 
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(embedded_service, tmp_path):
     st = shutil.which("st", path=str(Path(sys.executable).parent)) or shutil.which("st")
     if st is None:
         pytest.fail("schemathesis is not installed (pip install -e .[dev] -c constraints/dev.txt)")
-    argv = [st, "run", f"{embedded_service.url}/openapi.json", "--header", f"X-API-Key: {ADMIN_KEY}",
-            "--checks", CHECKS, "--max-examples", "8", "--max-time", "180", "--workers", "2", "--seed", "11",
-            "--generation-allow-x00", "true", "--continue-on-failure", "--no-shrink", "--warnings", "off",
-            "--report", "junit", "--report-dir", str(tmp_path / "report")]
+    argv = [
+        st,
+        "run",
+        f"{embedded_service.url}/openapi.json",
+        "--header",
+        f"X-API-Key: {ADMIN_KEY}",
+        "--checks",
+        CHECKS,
+        "--max-examples",
+        "8",
+        "--max-time",
+        "180",
+        "--workers",
+        "2",
+        "--seed",
+        "11",
+        "--generation-allow-x00",
+        "true",
+        "--continue-on-failure",
+        "--no-shrink",
+        "--warnings",
+        "off",
+        "--report",
+        "junit",
+        "--report-dir",
+        str(tmp_path / "report"),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
     summary = done.stdout[-6000:]
     tail = summary.split("SUMMARY")[-1]

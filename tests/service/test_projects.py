@@ -41,9 +41,7 @@ def teams(embedded_service, example_log):
     r = admin.post("/v1/keys", json={"name": "a-approver-2", "role": "approver"})
     a_approver2 = svc.client(r.json()["key"])
     for approver in (svc.clients["approver"], b["approver"]):
-        assert (
-            approver.post("/v1/policies", json=STRICT).status_code == 201
-        )  # one name, one per project
+        assert approver.post("/v1/policies", json=STRICT).status_code == 201  # one name, one per project
     a_log = (
         svc.clients["submitter"]
         .post("/v1/artifacts", params={"kind": "log"}, content=example_log)
@@ -51,9 +49,7 @@ def teams(embedded_service, example_log):
     )
     job = _metrics_job(svc.clients["submitter"], a_log, "alpha")
     done = svc.wait_job(job["id"])
-    assert (
-        done["state"] == "succeeded" and done["verdict"] == "FAIL" and done["project"] == "default"
-    ), done
+    assert done["state"] == "succeeded" and done["verdict"] == "FAIL" and done["project"] == "default", done
     yield {
         "svc": svc,
         "a": svc.clients,
@@ -88,9 +84,7 @@ def test_another_project_cannot_see_or_touch_a_job(teams):
     assert all(e["project"] == "team-b" for e in b["viewer"].get("/v1/audit").json()["data"])
     assert job_id not in b["viewer"].get("/v1/audit", params={"subject_id": job_id}).text
     assert b["submitter"].post(f"/v1/jobs/{job_id}/cancel").status_code == 404
-    r = b["submitter"].post(
-        f"/v1/jobs/{job_id}/regate", json={"policy": {"name": "strict", "version": "1"}}
-    )
+    r = b["submitter"].post(f"/v1/jobs/{job_id}/regate", json={"policy": {"name": "strict", "version": "1"}})
     assert r.status_code == 404, r.text
     r = b["approver"].post(
         f"/v1/jobs/{job_id}/waivers", json={"justification": "team b waives team a's FAIL here"}
@@ -117,9 +111,7 @@ def test_no_posting_under_another_projects_model_name(teams):
     assert r.status_code == 422 and "does not exist" in r.json()["reason"]
     files = teams["a"]["viewer"].get(f"/v1/jobs/{teams['a_job']['id']}/results").json()["files"]
     a_result = "sha256:" + next(f["sha256"] for f in files if f["name"] == "decision.json")
-    assert (
-        teams["a"]["viewer"].get(f"/v1/artifacts/{a_result}").status_code == 200
-    )  # its own job's result
+    assert teams["a"]["viewer"].get(f"/v1/artifacts/{a_result}").status_code == 200  # its own job's result
     assert b["viewer"].get(f"/v1/artifacts/{a_result}").status_code == 404  # not another project's
     ref = (
         b["submitter"]
@@ -143,7 +135,9 @@ def test_no_posting_under_another_projects_model_name(teams):
     assert teams["a"]["viewer"].get(f"/v1/jobs/{mine['id']}").status_code == 404
     # the admin reads across projects but acts within its own
     assert teams["a"]["admin"].get(f"/v1/jobs/{mine['id']}").status_code == 200
-    r = teams["a"]["admin"].post(f"/v1/jobs/{mine['id']}/regate", json={"policy": {"name": "strict", "version": "1"}})
+    r = teams["a"]["admin"].post(
+        f"/v1/jobs/{mine['id']}/regate", json={"policy": {"name": "strict", "version": "1"}}
+    )
     assert r.status_code == 403 and "team-b" in r.json()["reason"], r.text
     metrics = teams["a"]["admin"].get("/metrics").text
     assert 'clgate_model_verdict{model="alpha",project="default",verdict="FAIL"} 1.0' in metrics
@@ -187,7 +181,5 @@ def test_separation_of_duties_and_waiver_expiry(teams):
     decision = a["viewer"].get(f"/v1/jobs/{own['id']}/decision").json()
     assert len(decision["record_hash"]) == 64 and len(decision["waivers"][0]["record_hash"]) == 64
     time.sleep(max(0.0, (soon - dt.datetime.now(dt.UTC)).total_seconds()) + 0.5)
-    assert (
-        a["viewer"].get(f"/v1/jobs/{own['id']}").json()["waived"] is False
-    )  # expired: no longer waived
+    assert a["viewer"].get(f"/v1/jobs/{own['id']}").json()["waived"] is False  # expired: no longer waived
     assert a["viewer"].get("/v1/jobs", params={"verdict": "FAIL"}).json()["count"] >= 2

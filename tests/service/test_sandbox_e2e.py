@@ -54,14 +54,22 @@ def _upload(sub, data: bytes, filename: str) -> str:
 
 
 def _submit(svc, spec: dict, name: str) -> str:
-    r = svc.clients["submitter"].post("/v1/jobs", json={"mode": "retrain", "model_name": name, "spec": spec,
-                                                        "policy": {"name": "e2e-loose", "version": "1"}})
+    r = svc.clients["submitter"].post(
+        "/v1/jobs",
+        json={
+            "mode": "retrain",
+            "model_name": name,
+            "spec": spec,
+            "policy": {"name": "e2e-loose", "version": "1"},
+        },
+    )
     assert r.status_code == 202, r.text
     return r.json()["id"]
 
 
-def test_hostile_models_against_a_running_service(embedded_service, require_binary, digits_npz, make_spec,
-                                                  policies, example_log):
+def test_hostile_models_against_a_running_service(
+    embedded_service, require_binary, digits_npz, make_spec, policies, example_log
+):
     require_binary("bwrap", "bubblewrap")
     svc = embedded_service
     sub, view = svc.clients["submitter"], svc.clients["viewer"]
@@ -84,18 +92,33 @@ def test_hostile_models_against_a_running_service(embedded_service, require_bina
     assert view.get(f"/v1/artifacts/{ref}/content").content == NEXT_UPLOAD
 
     # 2. a forward that never returns: cancelled, killed after the grace period; other jobs still run
-    spinner = _submit(svc, {**make_spec(data_ref), "model": {"torchscript": {"artifact": _upload(
-        sub, _scripted(Spins()), "spin.pt")}}}, "spinner")
+    spinner = _submit(
+        svc,
+        {
+            **make_spec(data_ref),
+            "model": {"torchscript": {"artifact": _upload(sub, _scripted(Spins()), "spin.pt")}},
+        },
+        "spinner",
+    )
     for _ in range(600):
         if view.get(f"/v1/jobs/{spinner}").json()["state"] == "running":
             break
         time.sleep(0.1)
     r = sub.post(f"/v1/jobs/{spinner}/cancel")
     assert r.status_code in (200, 202), r.text
-    job = svc.wait_job(spinner, timeout=90)  # the default grace is 10 s; without a kill it would spin for ever
+    job = svc.wait_job(
+        spinner, timeout=90
+    )  # the default grace is 10 s; without a kill it would spin for ever
     assert job["state"] == "cancelled", job
     log_ref = _upload(sub, example_log, "log.json")
-    r = sub.post("/v1/jobs", json={"mode": "metrics", "model_name": "after", "logs": [log_ref],
-                                   "policy": {"name": "e2e-loose", "version": "1"}})
+    r = sub.post(
+        "/v1/jobs",
+        json={
+            "mode": "metrics",
+            "model_name": "after",
+            "logs": [log_ref],
+            "policy": {"name": "e2e-loose", "version": "1"},
+        },
+    )
     assert r.status_code == 202, r.text
     assert svc.wait_job(r.json()["id"])["state"] == "succeeded"

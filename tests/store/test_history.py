@@ -103,9 +103,7 @@ def _check_tampering_is_named(settings: Settings, dialect: str) -> None:
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "ok audit_events: 5 records" in ok.stdout and "ok decisions: 1 records" in ok.stdout
     assert "ok waivers: 1 records" in ok.stdout
-    head = next(
-        line.split("head ", 1)[1] for line in ok.stdout.splitlines() if "audit_events" in line
-    )
+    head = next(line.split("head ", 1)[1] for line in ok.stdout.splitlines() if "audit_events" in line)
     assert _verify(settings, "--anchor", head).returncode == 0
     assert _verify(settings, "--anchor", "audit_events:2:" + "f" * 64).returncode == 1
     assert _verify(settings, "--anchor", "nonsense").returncode == 2
@@ -117,13 +115,9 @@ def _check_tampering_is_named(settings: Settings, dialect: str) -> None:
     _tamper(engine, dialect, "UPDATE audit_events SET actor = 'mallory' WHERE seq = 3")
     edited = _verify(settings)
     assert edited.returncode == 1
-    assert "BROKEN audit_events: seq 3" in edited.stdout and "edited" in edited.stdout, (
-        edited.stdout
-    )
+    assert "BROKEN audit_events: seq 3" in edited.stdout and "edited" in edited.stdout, edited.stdout
     _tamper(engine, dialect, f"UPDATE audit_events SET actor = '{original}' WHERE seq = 3")
-    assert (
-        _verify(settings).returncode == 0
-    )  # the content, not the act of writing, is what is checked
+    assert _verify(settings).returncode == 0  # the content, not the act of writing, is what is checked
 
     _tamper(engine, dialect, "UPDATE decisions SET verdict = 'PASS'")
     flipped = _verify(settings)
@@ -137,15 +131,11 @@ def _check_tampering_is_named(settings: Settings, dialect: str) -> None:
     waived = _verify(settings)
     assert waived.returncode == 1 and "BROKEN waivers: seq 1" in waived.stdout, waived.stdout
     _tamper(engine, dialect, "DELETE FROM waivers")
-    assert (
-        "BROKEN waivers: head" in _verify(settings).stdout
-    )  # a deleted tail: the head says where it ended
+    assert "BROKEN waivers: head" in _verify(settings).stdout  # a deleted tail: the head says where it ended
 
     _tamper(engine, dialect, "DELETE FROM audit_events WHERE seq = 2")
     deleted = _verify(settings)
-    assert deleted.returncode == 1 and "BROKEN audit_events: seq 2" in deleted.stdout, (
-        deleted.stdout
-    )
+    assert deleted.returncode == 1 and "BROKEN audit_events: seq 2" in deleted.stdout, deleted.stdout
     assert "deleted" in deleted.stdout
     engine.dispose()
 
@@ -156,9 +146,7 @@ def test_verify_names_the_first_broken_link_on_sqlite(tmp_path):
 
 @pytest.mark.integration
 def test_verify_names_the_first_broken_link_on_postgresql(tmp_path, postgres_url):
-    _check_tampering_is_named(
-        Settings(data_dir=tmp_path / "data", database_url=postgres_url), "postgresql"
-    )
+    _check_tampering_is_named(Settings(data_dir=tmp_path / "data", database_url=postgres_url), "postgresql")
 
 
 def test_backdated_records_are_refused_and_detected(tmp_path):
@@ -200,9 +188,7 @@ def test_backdated_records_are_refused_and_detected(tmp_path):
             {"at": "2000-01-01 00:00:00.000000", "seq": seq + 1, "prev": prev, "h": digest},
         )
         conn.execute(
-            text(
-                "UPDATE chain_heads SET seq = :seq, record_hash = :h WHERE chain = 'audit_events'"
-            ),
+            text("UPDATE chain_heads SET seq = :seq, record_hash = :h WHERE chain = 'audit_events'"),
             {"seq": seq + 1, "h": digest},
         )
     store.close()
@@ -249,9 +235,7 @@ def test_application_role_on_postgresql(
             json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.99}]},
             headers=h,
         ).raise_for_status()
-        ref = c.post(
-            "/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h
-        ).json()["ref"]
+        ref = c.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
         job = c.post(
             "/v1/jobs",
             json={
@@ -270,9 +254,7 @@ def test_application_role_on_postgresql(
             assert time.monotonic() < deadline, state
             time.sleep(0.2)
         assert state["state"] == "succeeded" and state["verdict"] == "FAIL", state
-        other = c.post("/v1/keys", json={"name": "second", "role": "approver"}, headers=h).json()[
-            "key"
-        ]
+        other = c.post("/v1/keys", json={"name": "second", "role": "approver"}, headers=h).json()["key"]
         r = c.post(
             f"/v1/jobs/{job['id']}/waivers",
             json={"justification": "accepted for the pilot only"},
@@ -320,10 +302,7 @@ def test_grants_are_only_what_the_application_needs():
     for table in ("decisions", "waivers", "audit_events", "job_files"):
         assert grants[table] == "SELECT, INSERT", table
     assert grants["chain_heads"] == "SELECT, UPDATE"
-    assert all(
-        "TRUNCATE" not in g and "TRIGGER" not in g and "REFERENCES" not in g
-        for g in grants.values()
-    )
+    assert all("TRUNCATE" not in g and "TRIGGER" not in g and "REFERENCES" not in g for g in grants.values())
 
 
 def test_old_data_gets_the_default_project_and_a_chain(tmp_path):
@@ -368,10 +347,7 @@ def test_old_data_gets_the_default_project_and_a_chain(tmp_path):
     engine = create_engine(url)
     with engine.connect() as conn:
         assert conn.execute(text("SELECT project FROM jobs")).scalar() == "default"
-        assert (
-            conn.execute(text("SELECT project FROM models WHERE name = 'old'")).scalar()
-            == "default"
-        )
+        assert conn.execute(text("SELECT project FROM models WHERE name = 'old'")).scalar() == "default"
         assert conn.execute(text("SELECT seq FROM decisions")).scalar() == 1
     engine.dispose()
     assert _verify(settings).returncode == 0

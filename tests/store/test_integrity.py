@@ -99,4 +99,6 @@ def test_the_api_does_not_serve_a_corrupted_artifact(api):
     assert r.status_code == 404 and b"something else" not in r.content
     events = api.get("/v1/audit", params={"action": "artifact.quarantined"}, headers=api.as_role("admin"))
     assert events.status_code == 200
-    assert [(e["action"], e["subject_id"]) for e in events.json()["data"]] == [("artifact.quarantined", digest)]
+    assert [(e["action"], e["subject_id"]) for e in events.json()["data"]] == [
+        ("artifact.quarantined", digest)
+    ]

@@ -24,13 +24,27 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
         assert engine.dialect.name == "postgresql"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        c.post("/v1/policies", json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.99}]},
-               headers=h).raise_for_status()
+        c.post(
+            "/v1/policies",
+            json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.99}]},
+            headers=h,
+        ).raise_for_status()
         ref = c.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
-        job = c.post("/v1/jobs", json={"mode": "metrics", "model_name": "pg", "logs": [ref],
-                                       "policy": {"name": "p", "version": "1"}}, headers=h).json()
+        job = c.post(
+            "/v1/jobs",
+            json={
+                "mode": "metrics",
+                "model_name": "pg",
+                "logs": [ref],
+                "policy": {"name": "p", "version": "1"},
+            },
+            headers=h,
+        ).json()
         deadline = time.monotonic() + 120
-        while (state := c.get(f"/v1/jobs/{job['id']}", headers=h).json())["state"] not in ("succeeded", "failed"):
+        while (state := c.get(f"/v1/jobs/{job['id']}", headers=h).json())["state"] not in (
+            "succeeded",
+            "failed",
+        ):
             assert time.monotonic() < deadline, state
             time.sleep(0.2)
         assert state["state"] == "succeeded" and state["verdict"] == "FAIL", state
@@ -41,4 +55,6 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
             with engine.connect() as conn, pytest.raises(Exception, match="append-only"):
                 conn.execute(text(statement))
         events = c.get("/v1/audit", params={"subject_id": job["id"]}, headers=h).json()
-        assert {"job.submitted", "decision.recorded", "job.succeeded"} <= {e["action"] for e in events["data"]}
+        assert {"job.submitted", "decision.recorded", "job.succeeded"} <= {
+            e["action"] for e in events["data"]
+        }

@@ -32,5 +32,18 @@ if __name__ == "__main__":
     runner._run = _misbehave(fault)
     from clgate.workers.app import app
 
-    app.worker_main(["worker", "-Q", "gpu,cpu", "--concurrency", "1", "--loglevel", "info", "--hostname", hostname,
-                     "--pool", "prefork"])
+    app.worker_main(
+        [
+            "worker",
+            "-Q",
+            "gpu,cpu",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "info",
+            "--hostname",
+            hostname,
+            "--pool",
+            "prefork",
+        ]
+    )

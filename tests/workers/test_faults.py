@@ -38,34 +38,59 @@ def _metrics_job(svc: Service, example_log: bytes) -> str:
     sub = svc.clients["submitter"]
     svc.clients["approver"].post("/v1/policies", json=POLICY)
     ref = sub.post("/v1/artifacts", params={"kind": "log"}, content=example_log).json()["ref"]
-    r = sub.post("/v1/jobs", json={"mode": "metrics", "model_name": "faults", "logs": [ref],
-                                   "policy": {"name": "faults", "version": "1"}})
+    r = sub.post(
+        "/v1/jobs",
+        json={
+            "mode": "metrics",
+            "model_name": "faults",
+            "logs": [ref],
+            "policy": {"name": "faults", "version": "1"},
+        },
+    )
     assert r.status_code == 202, r.text
     return r.json()["id"]
 
 
 def _actions(svc: Service, job_id: str) -> list[str]:
-    events = svc.clients["viewer"].get("/v1/audit", params={"subject_id": job_id, "limit": 500}).json()["data"]
+    events = (
+        svc.clients["viewer"].get("/v1/audit", params={"subject_id": job_id, "limit": 500}).json()["data"]
+    )
     return [e["action"] for e in events]
 
 
 def _faulty_worker(svc: Service, fault: str) -> Proc:
-    svc.worker = Proc([sys.executable, str(HERE / "faulty_worker.py"), f"{fault}-{svc.port}@%h", fault], svc.env,
-                      svc.tmp / f"worker-{fault}.log")
+    svc.worker = Proc(
+        [sys.executable, str(HERE / "faulty_worker.py"), f"{fault}-{svc.port}@%h", fault],
+        svc.env,
+        svc.tmp / f"worker-{fault}.log",
+    )
     return svc.worker
 
 
-def test_whole_worker_killed_mid_job_completes_once_on_a_new_worker(tmp_path, redis_url, digits_npz, make_spec):
+def test_whole_worker_killed_mid_job_completes_once_on_a_new_worker(
+    tmp_path, redis_url, digits_npz, make_spec
+):
     svc = Service(tmp_path, redis_url, extra_env=FAST)
     try:
         sub, view = svc.clients["submitter"], svc.clients["viewer"]
         svc.clients["approver"].post("/v1/policies", json=POLICY)
-        ref = sub.post("/v1/artifacts", params={"kind": "data", "filename": "d.npz"}, content=digits_npz).json()["ref"]
-        job = sub.post("/v1/jobs", json={"mode": "retrain", "model_name": "faults", "spec": make_spec(ref, iterations=1500),
-                                         "policy": {"name": "faults", "version": "1"}}).json()
+        ref = sub.post(
+            "/v1/artifacts", params={"kind": "data", "filename": "d.npz"}, content=digits_npz
+        ).json()["ref"]
+        job = sub.post(
+            "/v1/jobs",
+            json={
+                "mode": "retrain",
+                "model_name": "faults",
+                "spec": make_spec(ref, iterations=1500),
+                "policy": {"name": "faults", "version": "1"},
+            },
+        ).json()
         deadline = time.monotonic() + 120
-        while not ((state := view.get(f"/v1/jobs/{job['id']}").json())["state"] == "running"
-                   and (state["progress"].get("iteration") or 0) > 0):
+        while not (
+            (state := view.get(f"/v1/jobs/{job['id']}").json())["state"] == "running"
+            and (state["progress"].get("iteration") or 0) > 0
+        ):
             assert time.monotonic() < deadline and state["state"] in ("queued", "running"), state
             time.sleep(0.1)
         os.killpg(svc.worker.popen.pid, signal.SIGKILL)  # the whole worker: main process and its children
@@ -108,12 +133,25 @@ def test_a_job_that_crashes_its_worker_fails_after_the_cap(tmp_path, redis_url, 
         svc.close()
 
 
-def test_redis_restarted_without_persistence_queued_jobs_are_sent_again(tmp_path, require_binary, example_log):
+def test_redis_restarted_without_persistence_queued_jobs_are_sent_again(
+    tmp_path, require_binary, example_log
+):
     binary = require_binary("redis-server")
     port = free_port()
     (tmp_path / "redis").mkdir()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", str(tmp_path / "redis")]
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp_path / "redis"),
+    ]
     import redis
 
     client = redis.Redis(host="127.0.0.1", port=port)
@@ -152,15 +190,28 @@ def test_embedded_executor_requeues_a_job_whose_process_died(tmp_path):
     from clgate.workers import runner
     from clgate.workers.embedded import EmbeddedExecutor
 
-    settings = Settings(data_dir=tmp_path / "data", worker_heartbeat_s=0.5, worker_stale_s=3, reaper_interval_s=1)
+    settings = Settings(
+        data_dir=tmp_path / "data", worker_heartbeat_s=0.5, worker_stale_s=3, reaper_interval_s=1
+    )
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
     ctx = runner.store_for(settings)
-    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
-            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 100}, "device": "cpu"}
+    spec = {
+        "mode": "retrain",
+        "data": "digits",
+        "scenario": {"n_tasks": 5},
+        "model": {"arch": "mlp", "hidden": 16},
+        "training": {"iterations": 1_000_000, "batch_size": 8},
+        "evaluation": {"eval_every": 100},
+        "device": "cpu",
+    }
     with session_scope(ctx.sessions) as s:
-        p = Policy(name="p", version="1", document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-                   sha256="0" * 64)
+        p = Policy(
+            name="p",
+            version="1",
+            document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+            sha256="0" * 64,
+        )
         s.add(p)
         s.flush()
         job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})

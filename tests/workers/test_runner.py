@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from clgate.store.settings import Settings
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import make_engine, session_scope, upgrade
 from clgate.store.models import AuditEvent, Decision, Job, Policy
+from clgate.store.settings import Settings
 from clgate.workers import runner
 
 
@@ -31,7 +31,9 @@ def _job(ctx, *, logs: list[str], policy: dict, **fields) -> str:
         p = Policy(name=policy["name"], version="1", document=policy, sha256="0" * 64)
         s.add(p)
         s.flush()
-        job = Job(mode="metrics", queue="cpu", model_name="m", logs=logs, policy_id=p.id, progress={}, **fields)
+        job = Job(
+            mode="metrics", queue="cpu", model_name="m", logs=logs, policy_id=p.id, progress={}, **fields
+        )
         s.add(job)
         s.flush()
         return job.id
@@ -54,7 +56,11 @@ def _decisions(ctx, job_id):
 
 def test_redelivery_never_makes_a_second_decision(store, example_log):
     settings, ctx = store
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]})
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+    )
     assert runner.execute_job(job_id, settings) == "succeeded"
     assert runner.execute_job(job_id, settings) == "succeeded"  # a redelivered message
     assert _decisions(ctx, job_id) == 1
@@ -69,9 +75,16 @@ def test_redelivery_never_makes_a_second_decision(store, example_log):
 
 def test_two_concurrent_deliveries_make_one_decision(store, example_log):
     settings, ctx = store
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]})
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+    )
     results = []
-    threads = [threading.Thread(target=lambda: results.append(runner.execute_job(job_id, settings))) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda: results.append(runner.execute_job(job_id, settings)))
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -99,15 +112,23 @@ def test_bad_log_fails_the_job_with_a_reason(store):
 
 def test_cancelled_before_start_does_not_run(store, example_log):
     settings, ctx = store
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-                  cancel_requested=True)
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+        cancel_requested=True,
+    )
     assert runner.execute_job(job_id, settings) == "cancelled"
     assert _decisions(ctx, job_id) == 0
 
 
 def test_transient_faults_escape_for_a_retry(store, example_log, monkeypatch):
     settings, ctx = store
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]})
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+    )
 
     def unavailable(*a, **k):
         raise runner.TransientJobError("store briefly away")
@@ -123,7 +144,11 @@ def test_transient_faults_escape_for_a_retry(store, example_log, monkeypatch):
 
 def test_decisions_are_never_edited(store, example_log):
     settings, ctx = store
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.99}]})
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.99}]},
+    )
     runner.execute_job(job_id, settings)
     engine = ctx.sessions.kw["bind"]
     with engine.connect() as conn:
@@ -162,8 +187,19 @@ def test_settings_are_validated_at_start_up(tmp_path):
     import subprocess
     import sys
 
-    env = {"CLGATE_BROKER_URL": "amqp://guest@localhost//", "CLGATE_DATA_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    r = subprocess.run([sys.executable, "-m", "clgate", "serve"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    env = {
+        "CLGATE_BROKER_URL": "amqp://guest@localhost//",
+        "CLGATE_DATA_DIR": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "clgate", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode == 2 and "CLGATE_BROKER_URL" in r.stderr and "redis://" in r.stderr
     with pytest.raises(ValueError, match="CLGATE_JOB_SOFT_TIME_LIMIT_S"):
         Settings(job_soft_time_limit_s=100, job_time_limit_s=50)
@@ -176,11 +212,22 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
     ctx = runner.store_for(settings)
-    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
-            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 50}, "device": "cpu"}
+    spec = {
+        "mode": "retrain",
+        "data": "digits",
+        "scenario": {"n_tasks": 5},
+        "model": {"arch": "mlp", "hidden": 16},
+        "training": {"iterations": 1_000_000, "batch_size": 8},
+        "evaluation": {"eval_every": 50},
+        "device": "cpu",
+    }
     with session_scope(ctx.sessions) as s:
-        p = Policy(name="p", version="1", document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-                   sha256="0" * 64)
+        p = Policy(
+            name="p",
+            version="1",
+            document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+            sha256="0" * 64,
+        )
         s.add(p)
         s.flush()
         job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
@@ -212,8 +259,13 @@ def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example
     settings.data_dir.mkdir()
     upgrade(settings.resolved_database_url())
     ctx = runner.store_for(settings)
-    job_id = _job(ctx, logs=[_log_ref(ctx, example_log)], policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-                  state="running", attempts=1)
+    job_id = _job(
+        ctx,
+        logs=[_log_ref(ctx, example_log)],
+        policy={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
+        state="running",
+        attempts=1,
+    )
     executor = EmbeddedExecutor(settings)
     executor.start()
     try:
@@ -232,11 +284,22 @@ def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example
 
 
 def _long_job(ctx) -> str:
-    spec = {"mode": "retrain", "data": "digits", "scenario": {"n_tasks": 5}, "model": {"arch": "mlp", "hidden": 16},
-            "training": {"iterations": 1_000_000, "batch_size": 8}, "evaluation": {"eval_every": 100}, "device": "cpu"}
+    spec = {
+        "mode": "retrain",
+        "data": "digits",
+        "scenario": {"n_tasks": 5},
+        "model": {"arch": "mlp", "hidden": 16},
+        "training": {"iterations": 1_000_000, "batch_size": 8},
+        "evaluation": {"eval_every": 100},
+        "device": "cpu",
+    }
     with session_scope(ctx.sessions) as s:
-        p = Policy(name="long", version="1", document={"name": "long", "rules": [{"metric": "acc", "floor": 0.1}]},
-                   sha256="0" * 64)
+        p = Policy(
+            name="long",
+            version="1",
+            document={"name": "long", "rules": [{"metric": "acc", "floor": 0.1}]},
+            sha256="0" * 64,
+        )
         s.add(p)
         s.flush()
         job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from clgate.workers import runner, sandbox
 
 from clgate.store import Store
 from clgate.store.db import session_scope, upgrade
 from clgate.store.models import Artifact, Job, Policy
 from clgate.store.settings import Settings
+from clgate.workers import runner, sandbox
 
 torch = pytest.importorskip("torch")
 
@@ -138,7 +138,9 @@ def _forged_setup(tmp_path: Path, ctx: Store, target: str) -> tuple[Path, Path, 
     key = ctx.settings.data_dir / "admin.key"
     key.write_bytes(SECRET)
     forged_digest = hashlib.sha256(b"what the attacker uploads next").hexdigest()
-    destination = ctx.artifacts.path(forged_digest) if target == "store" else tmp_path / "outside" / "stolen.bin"
+    destination = (
+        ctx.artifacts.path(forged_digest) if target == "store" else tmp_path / "outside" / "stolen.bin"
+    )
     destination.parent.mkdir(parents=True, exist_ok=True)
     return key, destination, forged_digest
 
@@ -151,7 +153,9 @@ def _nothing_leaked(ctx: Store, job_id: str, destination: Path) -> None:
         if path.is_file():
             assert SECRET not in path.read_bytes(), path
             if "sha256" in path.parts:
-                assert hashlib.sha256(path.read_bytes()).hexdigest() == path.name  # the store holds only true names
+                assert (
+                    hashlib.sha256(path.read_bytes()).hexdigest() == path.name
+                )  # the store holds only true names
 
 
 def test_the_operator_allowlist_refuses_a_file_reading_model(tmp_path, bwrap):
@@ -209,7 +213,10 @@ def test_a_forward_that_never_returns_is_killed_after_cancel(tmp_path, bwrap):
     job_id = _job(ctx, _scripted(NeverReturns()))
     thread, result = _run_in_thread(settings, job_id)
     for _ in range(600):  # the child has started once its output folder exists
-        if list(settings.jobs_dir.glob(f"{job_id}/attempt-1/out")) and _job_row(ctx, job_id).state == "running":
+        if (
+            list(settings.jobs_dir.glob(f"{job_id}/attempt-1/out"))
+            and _job_row(ctx, job_id).state == "running"
+        ):
             break
         time.sleep(0.1)
     time.sleep(1.0)
@@ -263,7 +270,12 @@ def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, mo
     outside.mkdir()
     staged = sandbox.Staged(tmp_path / "attempt")
     (staged.inputs / "spec.json").write_text("{}")
-    extra = [str(outside), str(ctx.settings.artifact_dir.resolve()), str(settings.data_dir.resolve()), str(port)]
+    extra = [
+        str(outside),
+        str(ctx.settings.artifact_dir.resolve()),
+        str(settings.data_dir.resolve()),
+        str(port),
+    ]
     monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", PROBE])
     real_argv = sandbox.child_argv
 
@@ -273,8 +285,16 @@ def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, mo
 
     monkeypatch.setattr(sandbox, "child_argv", with_probe_args)
     try:
-        result = sandbox.run_child(staged, settings, "bwrap", seeds=[0], gpu=False, on_progress=lambda d: None,
-                                   cancel_requested=lambda: False, deadline=time.monotonic() + 60)
+        result = sandbox.run_child(
+            staged,
+            settings,
+            "bwrap",
+            seeds=[0],
+            gpu=False,
+            on_progress=lambda d: None,
+            cancel_requested=lambda: False,
+            deadline=time.monotonic() + 60,
+        )
     finally:
         listener.close()
     found = json.loads(result.report["message"])
@@ -299,6 +319,14 @@ def test_a_child_that_floods_its_output_folder_is_killed(tmp_path, bwrap, monkey
     settings, _ = _store(tmp_path, sandbox="bwrap", sandbox_max_file_bytes=2 << 20)
     staged = sandbox.Staged(tmp_path / "attempt")
     monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", FLOOD])
-    result = sandbox.run_child(staged, settings, "bwrap", seeds=[0], gpu=False, on_progress=lambda d: None,
-                               cancel_requested=lambda: False, deadline=time.monotonic() + 300)
+    result = sandbox.run_child(
+        staged,
+        settings,
+        "bwrap",
+        seeds=[0],
+        gpu=False,
+        on_progress=lambda d: None,
+        cancel_requested=lambda: False,
+        deadline=time.monotonic() + 300,
+    )
     assert result.overflow and result.killed and result.report is None

@@ -34,7 +34,9 @@ def run_migrations_online() -> None:
             if sqlite:
                 broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                 if broken:
-                    raise RuntimeError(f"the migration left rows whose foreign keys point nowhere: {broken[:5]}")
+                    raise RuntimeError(
+                        f"the migration left rows whose foreign keys point nowhere: {broken[:5]}"
+                    )
     engine.dispose()
 
 
