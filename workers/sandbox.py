@@ -160,6 +160,7 @@ class Staged:
     out: Path = field(init=False)
 
     def __post_init__(self) -> None:
+        self.work = self.work.resolve()  # bwrap binds need absolute paths
         self.inputs, self.control, self.out = self.work / "inputs", self.work / "control", self.work / "out"
         for folder in (self.inputs, self.control, self.out):
             folder.mkdir(parents=True, exist_ok=True)
