@@ -28,10 +28,10 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from clgate.engine import run_job
-from clgate.engine.evaluator import ContinualEvaluator
-from clgate.engine.models import build_model
-from clgate.schemas.job import JobSpec
+from clgate.engine import run_job  # noqa: E402 - after the sys.path insert above
+from clgate.engine.evaluator import ContinualEvaluator  # noqa: E402 - after the sys.path insert above
+from clgate.engine.models import build_model  # noqa: E402 - after the sys.path insert above
+from clgate.schemas.job import JobSpec  # noqa: E402 - after the sys.path insert above
 
 ROUNDS = 5
 

@@ -326,7 +326,7 @@ def rows_from_log(log: EvaluationLog) -> list[dict[str, Any]]:
     for p in log.points:
         if p.correct is None or p.total is None:
             raise TableError("the log has accuracies only; a table needs correct/total counts")
-        for c, (correct, total) in enumerate(zip(p.correct, p.total)):
+        for c, (correct, total) in enumerate(zip(p.correct, p.total, strict=False)):
             if total:
                 rows.append(
                     {

@@ -23,6 +23,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
+from clgate.schemas.vocab import JobMode as Mode
+from clgate.schemas.vocab import JobStateName as State
+
 
 def _utc(value: dt.datetime) -> dt.datetime:
     """A stored time is UTC; SQLite hands it back naive, so it is marked UTC before it is answered."""
@@ -32,10 +36,6 @@ def _utc(value: dt.datetime) -> dt.datetime:
 UtcDatetime = Annotated[
     dt.datetime, AfterValidator(_utc), Field(description="RFC 3339 date-time in UTC, always with its offset.")
 ]
-
-from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
-from clgate.schemas.vocab import JobMode as Mode
-from clgate.schemas.vocab import JobStateName as State
 
 Role = Literal["viewer", "submitter", "approver", "admin"]
 ArtifactKind = Literal["model", "data", "log", "spec", "result", "other"]

@@ -127,7 +127,7 @@ class CeleryDispatcher:
         pipe = self.redis.pipeline()
         for q in QUEUES:
             pipe.llen(q)
-        return {q: int(n) for q, n in zip(QUEUES, pipe.execute())}
+        return {q: int(n) for q, n in zip(QUEUES, pipe.execute(), strict=True)}
 
     def close(self) -> None:
         if getattr(self, "supervisor", None) is not None:

@@ -205,9 +205,9 @@ class StoreCollector(Collector):
         }
         for mode in JOB_MODES:
             count, total, *cumulative = rows.get(mode, (0, 0.0, *([0] * len(DURATION_BUCKETS))))
-            buckets = [(repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)] + [
-                ("+Inf", float(count))
-            ]
+            buckets = [
+                (repr(b), float(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative, strict=False)
+            ] + [("+Inf", float(count))]
             hist.add_metric([mode], buckets, float(total or 0.0))
         yield hist
 

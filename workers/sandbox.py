@@ -26,6 +26,7 @@ paths. Metrics, decision and reports are computed by the trusted side.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -396,10 +397,8 @@ def collect_logs(out: Path, seeds: list[int], max_bytes: int) -> list[Path]:
 
 
 def _kill(proc: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # bwrap and, with --die-with-parent, everything inside it
-    except ProcessLookupError:
-        pass
 
 
 def run_child(

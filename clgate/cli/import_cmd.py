@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +12,7 @@ import typer
 from clgate.cli.metrics_cmd import fail
 
 
-class TableFormatOption(str, Enum):
+class TableFormatOption(StrEnum):
     csv = "csv"
     jsonl = "jsonl"
 

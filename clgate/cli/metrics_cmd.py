@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from clgate.schemas.metrics import MetricsResult, RunsResult
 
 
-class TaskAccuracy(str, Enum):
+class TaskAccuracy(StrEnum):
     macro = "macro"
     micro = "micro"
 
@@ -203,7 +203,7 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
             deltas = Table(title="Per-class final accuracy vs baseline", title_justify="left")
             for column in ("class", "final", "Δ vs baseline"):
                 deltas.add_column(column, justify="right" if column != "class" else "left")
-            for stats, delta in zip(result.classes, result.class_deltas):
+            for stats, delta in zip(result.classes, result.class_deltas, strict=False):
                 deltas.add_row(
                     stats.name, fmt(stats.final_accuracy), "—" if delta is None else f"{delta:+.4f}"
                 )

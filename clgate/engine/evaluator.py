@@ -44,7 +44,7 @@ def stratified_subsample(
     [4, 1]
     """
     pools = [np.flatnonzero(y == c) for c in classes]
-    empty = [c for c, pool in zip(classes, pools) if len(pool) == 0]
+    empty = [c for c, pool in zip(classes, pools, strict=True) if len(pool) == 0]
     if empty:
         raise EngineInputError(f"data: class {empty[0]} (task {task}) has no test sample to evaluate")
     if size < len(classes):
@@ -63,7 +63,7 @@ def stratified_subsample(
     for j in order[:rest]:
         take[j] += 1
     take = np.minimum(take, counts)
-    picked = [rng.choice(pool, size=int(n), replace=False) for pool, n in zip(pools, take)]
+    picked = [rng.choice(pool, size=int(n), replace=False) for pool, n in zip(pools, take, strict=True)]
     return np.sort(np.concatenate(picked))
 
 

@@ -45,7 +45,7 @@ def measure_costs(model: nn.Module, example: torch.Tensor) -> SampleCost:
             out = model(example)
             out.float().sum().backward()
     finally:
-        for p, g in zip(model.parameters(), saved_grads):
+        for p, g in zip(model.parameters(), saved_grads, strict=True):
             p.grad = g
         model.train(was_training)
     return SampleCost(

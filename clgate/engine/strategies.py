@@ -415,7 +415,8 @@ class EWC(Strategy):
         if self.fisher is not None and self.params.ewc_lambda > 0:
             assert self.anchor is not None
             penalty = sum(
-                (f * (p - a).pow(2)).sum() for f, p, a in zip(self.fisher, self._params(), self.anchor)
+                (f * (p - a).pow(2)).sum()
+                for f, p, a in zip(self.fisher, self._params(), self.anchor, strict=False)
             )
             loss = loss + 0.5 * self.params.ewc_lambda * penalty
         return loss
@@ -434,14 +435,16 @@ class EWC(Strategy):
                 with self.ctx.autocast():
                     loss = F.cross_entropy(self.ctx.logits(x[i : i + 1]), y[i : i + 1])
                 loss.backward()
-                for f, p in zip(fisher, params):
+                for f, p in zip(fisher, params, strict=True):
                     if p.grad is not None:
                         f.add_(p.grad.detach().pow(2), alpha=1.0 / n)
         finally:
             model.zero_grad(set_to_none=True)
             model.train(was_training)
         self.extra_train_samples += n
-        self.fisher = fisher if self.fisher is None else [a + b for a, b in zip(self.fisher, fisher)]
+        self.fisher = (
+            fisher if self.fisher is None else [a + b for a, b in zip(self.fisher, fisher, strict=False)]
+        )
         self.anchor = [p.detach().clone() for p in params]
 
 

@@ -175,7 +175,7 @@ def _cells(runs: Sequence[MetricsResult], metric: str) -> _Cells:
     width = max(len(s[0]) for s in series)
     grid: list[list[float | None]] = []
     missing: dict[tuple[int, int], str] = {}
-    for i, (r, (vals, _)) in enumerate(zip(runs, series)):
+    for i, (r, (vals, _)) in enumerate(zip(runs, series, strict=True)):
         row = [vals[k] if k < len(vals) else None for k in range(width)]
         for k in range(width):
             if _unfinished(r) and (not per_task or k >= r.finished_tasks):

@@ -137,7 +137,7 @@ def class_boxplots(arrays: Sequence[Any], title: str = "") -> str:
         showmeans=True,
         meanprops={"marker": "^", "markerfacecolor": _COLORS[0], "markeredgecolor": _COLORS[0]},
     )
-    for pos, d in zip(positions, [d for d in data if d]):
+    for pos, d in zip(positions, [d for d in data if d], strict=True):
         jitter = np.linspace(-0.12, 0.12, len(d)) if len(d) > 1 else np.zeros(1)
         ax.scatter(pos + jitter, d, s=8, color=_COLORS[7], alpha=0.6, zorder=3)
     ax.set_xlabel("task k (class accuracies of the classes of tasks 1…k, at the end of task k)")

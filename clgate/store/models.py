@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     JSON,
@@ -47,7 +47,7 @@ def new_id() -> str:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class Role(enum.IntEnum):

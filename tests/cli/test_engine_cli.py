@@ -160,7 +160,7 @@ def test_ctrl_c_leaves_a_valid_partial_log(tmp_path):
             if "task 2/5" in line or time.monotonic() > deadline:
                 break
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        _stdout, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

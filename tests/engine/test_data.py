@@ -166,7 +166,7 @@ def test_npz_not_an_archive(tmp_path):
         load_npz(tmp_path / "missing.npz")
     single = tmp_path / "single.npy"
     np.save(single, np.zeros(3))
-    with pytest.raises(DataError, match="not an .npz archive"):
+    with pytest.raises(DataError, match=r"not an .npz archive"):
         load_npz(single)
 
 

@@ -36,7 +36,7 @@ def test_counts_match_naive_loop_and_state_is_untouched(future):
     model.eval()
     exp_correct, exp_total = [0] * 5, [0] * 5
     with torch.no_grad():
-        for xi, yi in zip(x, y.tolist()):
+        for xi, yi in zip(x, y.tolist(), strict=True):
             if yi in evaluated:
                 exp_total[yi] += 1
                 exp_correct[yi] += int(predict(xi[None]).argmax(1).item() == yi)

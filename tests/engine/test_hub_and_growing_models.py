@@ -42,7 +42,7 @@ def test_growing_linear_outputs_only_grown_classes():
     assert torch.isfinite(out[:, [1, 3]]).all() and torch.isinf(out[:, [0, 2, 4]]).all()
     grow_head(model, [1])  # already there: nothing added
     assert len(next(m for m in model.modules() if isinstance(m, GrowingLinear)).blocks) == 1
-    with pytest.raises(ModelError, match="final nn.Linear with 7 outputs"):
+    with pytest.raises(ModelError, match=r"final nn.Linear with 7 outputs"):
         make_growing_head(build_model("mlp", (4,), 5, hidden=8), 7)
 
 

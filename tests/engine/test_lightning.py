@@ -9,12 +9,12 @@ import torch.nn.functional as F
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402 - after importorskip
 
-from clgate import Recorder
-from clgate.engine.data import load_digits
-from clgate.engine.lightning import RecorderCallback
-from clgate.schemas.evaluation_log import EvaluationLog
+from clgate import Recorder  # noqa: E402 - after importorskip
+from clgate.engine.data import load_digits  # noqa: E402 - after importorskip
+from clgate.engine.lightning import RecorderCallback  # noqa: E402 - after importorskip
+from clgate.schemas.evaluation_log import EvaluationLog  # noqa: E402 - after importorskip
 
 TASKS = [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
 
@@ -97,7 +97,7 @@ def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
     data, sets = _task_sets()
     torch.manual_seed(0)
     module = Classifier()
-    recorder = Recorder(data.x_test, data.y_test, tasks=TASKS[:1] + [TASKS[1] + TASKS[2]], device="cpu")
+    recorder = Recorder(data.x_test, data.y_test, tasks=[*TASKS[:1], TASKS[1] + TASKS[2]], device="cpu")
     callback = RecorderCallback(recorder)
     loader = DataLoader(sets[0], batch_size=16)
     trainer = pl.Trainer(

@@ -266,12 +266,12 @@ def test_evaluate_mode_counts_match_a_naive_loop(tmp_path, synthetic_spec):
     ]
     assert log.resources is None
     ds = load_data(spec.data)
-    for k, (point, model) in enumerate(zip(log.points, models)):
+    for k, (point, model) in enumerate(zip(log.points, models, strict=False)):
         seen = [c for t in log.tasks[: k + 1] for c in t]
         correct = [0] * 6
         total = [0] * 6
         with torch.no_grad():
-            for x, y in zip(ds.x_test, ds.y_test):
+            for x, y in zip(ds.x_test, ds.y_test, strict=True):
                 if y not in seen:
                     continue
                 logits = model(torch.from_numpy(x)[None])[0]

@@ -7,8 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from clgate.engine.errors import ModelError
-from clgate.engine.models import load_torchscript, torchscript_refusal
+from clgate.engine.errors import ModelError  # noqa: E402 - after importorskip
+from clgate.engine.models import load_torchscript, torchscript_refusal  # noqa: E402 - after importorskip
 
 
 class ReadsFile(torch.nn.Module):

@@ -41,9 +41,15 @@ def test_non_finite_logits_are_wrong_predictions_never_class_0():
     x, y = torch.randn(6, 3), torch.tensor([0, 0, 1, 1, 2, 2])
     ev = ContinualEvaluator(x, y, tasks=[[0, 1, 2]], n_classes=3, device=torch.device("cpu"))
     model = torch.nn.Linear(3, 3)
-    nan = lambda inp: torch.full((len(inp), 3), float("nan"))
+
+    def nan(inp):
+        return torch.full((len(inp), 3), float("nan"))
+
     assert ev.evaluate(nan, model, seen_tasks=1) == ([0, 0, 0], [2, 2, 2])
-    inf = lambda inp: torch.full((len(inp), 3), float("inf"))
+
+    def inf(inp):
+        return torch.full((len(inp), 3), float("inf"))
+
     assert ev.evaluate(inf, model, seen_tasks=1)[0] == [0, 0, 0]
 
     def masked(

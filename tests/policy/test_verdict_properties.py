@@ -34,7 +34,7 @@ def logs(draw: Any, n_tasks: int, seed: int) -> dict[str, Any]:
     points, it = [], 0
     for k in range(n_tasks):
         seen = sum(sizes[: k + 1])
-        for j in range(draw(st.integers(1, 3))):
+        for _j in range(draw(st.integers(1, 3))):
             it += draw(st.integers(1, 5))
             correct = [draw(st.integers(0, 10)) if i < seen else 0 for i in range(c)]
             total = [10 if i < seen else 0 for i in range(c)]
@@ -127,7 +127,7 @@ def test_truncating_a_log_never_raises_the_verdict(case, keep, data):
     runs, policy = case
     before = verdict(runs, policy)
     i = data.draw(st.integers(0, len(runs) - 1))
-    cut = runs[:i] + [truncated(runs[i], keep)] + runs[i + 1 :]
+    cut = [*runs[:i], truncated(runs[i], keep), *runs[i + 1 :]]
     after = verdict(cut, policy)
     assert RANK[after] <= RANK[before], (before, after)
     assert after != "PASS"
@@ -141,7 +141,7 @@ def test_adding_a_seed_partial_or_not_never_raises_the_verdict(case, keep, parti
     extra = _with_tasks(data.draw(logs(len(runs[0]["tasks"]), 99)), runs[0]["tasks"])
     if partial:
         extra = truncated(extra, keep)
-    after = verdict(runs + [extra], policy)
+    after = verdict([*runs, extra], policy)
     assert RANK[after] <= RANK[before], (before, after)
     if partial:
         assert after != "PASS"

@@ -60,7 +60,7 @@ def test_job_layout_defaults_to_channels_first_and_first_task_learned_needs_weig
         }
     )
     assert spec.data.layout == "channels_first"
-    with pytest.raises(JobSpecError, match="data.layout"):
+    with pytest.raises(JobSpecError, match=r"data.layout"):
         JobSpec.parse(
             {
                 "data": {"kind": "npz", "path": "d.npz", "layout": "NHWC"},
@@ -69,7 +69,7 @@ def test_job_layout_defaults_to_channels_first_and_first_task_learned_needs_weig
             }
         )
     with pytest.raises(
-        JobSpecError, match="scenario.first_task_learned: needs the candidate's trained model"
+        JobSpecError, match=r"scenario.first_task_learned: needs the candidate's trained model"
     ):
         JobSpec.parse(
             {

@@ -349,6 +349,6 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
         "ALTER TABLE audit_events DISABLE TRIGGER ALL",
         "CREATE TABLE sneaky (x int)",
     ):
-        with engine.connect() as conn, pytest.raises(Exception, match="permission denied|must be owner"):
+        with engine.connect() as conn, pytest.raises(Exception, match=r"permission denied|must be owner"):
             conn.execute(text(statement))
     engine.dispose()

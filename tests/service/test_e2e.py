@@ -297,7 +297,7 @@ def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
     port = _free_port()
     data = tmp_path / "data"
-    out = open(tmp_path / "serve.log", "wb")
+    out = open(tmp_path / "serve.log", "wb")  # noqa: SIM115 - held by the server process, closed in finally
     proc = subprocess.Popen(
         [sys.executable, "-m", "clgate", "serve", "--port", str(port), "--data-dir", str(data)],
         env=env,

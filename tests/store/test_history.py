@@ -282,7 +282,7 @@ def test_application_role_on_postgresql(
     for statement in refused:
         with (
             app_engine.connect() as conn,
-            pytest.raises(Exception, match="permission denied|must be owner") as err,
+            pytest.raises(Exception, match=r"permission denied|must be owner") as err,
         ):
             conn.execute(text(statement))
         assert "append-only" not in str(err.value), (
