@@ -347,12 +347,14 @@ def main() -> None:
         print(f"load, {name}: {args.clients} clients, {result['elapsed']:.1f} s, {total} requests")
         print(f"  throughput            {total / result['elapsed']:8.1f} req/s")
         print(
-            f"  read  p50 / p99       {pct(reads, 0.5) * ms:8.2f} / {pct(reads, 0.99) * ms:.2f} ms   (goal p99 < 50 ms)"
+            f"  read  p50 / p99       {pct(reads, 0.5) * ms:8.2f} / {pct(reads, 0.99) * ms:.2f} ms  "
+            " (goal p99 < 50 ms)"
         )
         if writes:
             print(f"  write p50 / p99       {pct(writes, 0.5) * ms:8.2f} / {pct(writes, 0.99) * ms:.2f} ms")
         print(
-            f"  errors                {len(errors):8d}        (goal 0){'  e.g. ' + errors[0] if errors else ''}"
+            f"  errors                {len(errors):8d}        (goal "
+            f"0){'  e.g. ' + errors[0] if errors else ''}"
         )
         print(f"  ratio read p99 / 50 ms {pct(reads, 0.99) * ms / 50:7.3f}   (goal < 1)")
     print(f"metrics-only jobs stored by the load: {queued}")

@@ -78,7 +78,8 @@ def bench_evaluation(n_samples: int, shape: tuple[int, ...], label: str) -> floa
     e, b = statistics.median(e_times), statistics.median(b_times)
     ratio = e / b
     print(
-        f"  {label}: evaluation point {e * 1e3:.3f} ms, bare forward {b * 1e3:.3f} ms → ratio {ratio:.3f} (goal ≤ 1.2)"
+        f"  {label}: evaluation point {e * 1e3:.3f} ms, bare forward {b * 1e3:.3f} ms → ratio "
+        f"{ratio:.3f} (goal ≤ 1.2)"
     )
     return ratio
 
@@ -146,7 +147,8 @@ def bench_training() -> float:
     p = (min(p_hi) - min(p_lo)) / ((hi - lo) * n_tasks)
     ratio = e / p
     print(
-        f"  engine iteration {e * 1e6:.1f} µs, plain loop iteration {p * 1e6:.1f} µs → ratio {ratio:.3f} (goal ≤ 1.1)"
+        f"  engine iteration {e * 1e6:.1f} µs, plain loop iteration {p * 1e6:.1f} µs → ratio "
+        f"{ratio:.3f} (goal ≤ 1.1)"
     )
     return ratio
 
@@ -188,7 +190,8 @@ def bench_digits_er() -> tuple[float, float]:
 
 def main() -> None:
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads available; engine uses cpu_threads=1"
+        f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads available; engine uses "
+        "cpu_threads=1"
     )
     print("1. evaluation point ÷ bare inference_mode forward (same tensors, batch 2048)")
     torch.set_num_threads(1)

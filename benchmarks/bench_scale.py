@@ -178,7 +178,8 @@ def main() -> None:
             "train",
         )
         print(
-            f"  clgate run peak RSS: {rss / 2**20:.0f} MiB (goal ≤ 900 MiB at full size); wall {wall_eval:.1f} s"
+            f"  clgate run peak RSS: {rss / 2**20:.0f} MiB (goal ≤ 900 MiB at full size); wall "
+            f"{wall_eval:.1f} s"
         )
         print(
             f"  evaluation share of wall time (eval_every 10, all held-out samples): "
@@ -199,7 +200,8 @@ def main() -> None:
             f"{updates * 64 / plain:.0f} → ratio {plain / engine_train:.2f}× (goal ≥ 0.9×)"
         )
         print(
-            f"  recorder (every 10 updates, 200 samples/task) in a plain loop: {with_rec / plain:.2f}× the loop's time"
+            "  recorder (every 10 updates, 200 samples/task) in a plain loop: "
+            f"{with_rec / plain:.2f}× the loop's time"
         )
 
         if args.images:

@@ -269,7 +269,8 @@ def _layout(
     empty = [k + 1 for k, g in enumerate(layout) if not g]
     if empty:
         raise TableError(
-            f"{source}: task(s) {empty} evaluate no class that earlier tasks did not; the task layout cannot be "
+            f"{source}: task(s) {empty} evaluate no class that earlier tasks did not; the task "
+            "layout cannot be "
             "inferred (were future tasks evaluated?): give it with --tasks '[[0,1],[2,3]]'"
         )
     return layout
@@ -304,7 +305,8 @@ def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> 
         c = ids[name]
         if c in point["_rows"]:
             raise TableError(
-                f"{where}, column 'class': class {name!r} already given at iteration {iteration} (row {point['_rows'][c]})"
+                f"{where}, column 'class': class {name!r} already given at iteration {iteration} "
+                f"(row {point['_rows'][c]})"
             )
         point["_rows"][c] = number
         point["correct"][c] = correct

@@ -80,7 +80,8 @@ def create_key(
         parts = split_key(key)
         if parts is None:
             raise ValueError(
-                "a key must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate keys create`)"
+                "a key must look like clg_<16 hex>_<43 url-safe characters> (make one with `clgate "
+                "keys create`)"
             )
         key_id, digest = parts[0], _digest(parts[1])
     record = ApiKey(id=key_id, name=name, role=role, project=project, secret_sha256=digest)

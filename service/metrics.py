@@ -117,7 +117,8 @@ class StoreCollector(Collector):
         }
         worst = GaugeMetricFamily(
             "clgate_model_worst_class_accuracy_ratio",
-            f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); rank 1 is the worst.",
+            f"Final accuracy of the model's {self.worst_classes} worst classes (latest decision); "
+            "rank 1 is the worst.",
             labels=["project", "model", "rank", "class_name"],
         )
         verdict = GaugeMetricFamily(

@@ -186,7 +186,8 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
                 raise ArchiveError(f"archive entry {info.filename!r}: encrypted")
             if not info.is_dir() and info.compress_size and info.file_size / info.compress_size > max_ratio:
                 raise ArchiveError(
-                    f"archive entry {info.filename!r}: compression ratio {info.file_size / info.compress_size:.0f}:1 "
+                    f"archive entry {info.filename!r}: compression ratio "
+                    f"{info.file_size / info.compress_size:.0f}:1 "
                     f"above {max_ratio:.0f}:1 (a zip bomb?)"
                 )
             entries.append((_Entry(name, info.is_dir(), info.file_size), info))

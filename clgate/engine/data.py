@@ -133,7 +133,8 @@ def validate_arrays(
             raise DataError(f"{source}: x_{split} has {nx} samples but y_{split} has {ny} labels")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(
-            f"{source}: x_train samples have shape {x_train.shape[1:]} but x_test samples have shape {x_test.shape[1:]}"
+            f"{source}: x_train samples have shape {x_train.shape[1:]} but x_test samples have "
+            f"shape {x_test.shape[1:]}"
         )
     for name in ("x_train", "x_test"):
         a = arrays[name]
@@ -150,7 +151,8 @@ def validate_arrays(
         class_names = [str(n) for n in class_names]
         if len(class_names) < n_classes:
             raise DataError(
-                f"{source}: label {n_classes - 1} is out of range for {len(class_names)} class_names (labels must be 0 … C-1)"
+                f"{source}: label {n_classes - 1} is out of range for {len(class_names)} "
+                "class_names (labels must be 0 … C-1)"
             )
         if len(set(class_names)) != len(class_names):
             raise DataError(f"{source}: class_names has duplicate names")
@@ -162,17 +164,20 @@ def validate_arrays(
     test_only = np.flatnonzero((train_counts == 0) & (test_counts > 0))
     if len(test_only):
         raise DataError(
-            f"{source}: train/test class mismatch: class(es) {_names(test_only, class_names)} appear in y_test but not in y_train"
+            f"{source}: train/test class mismatch: class(es) {_names(test_only, class_names)} "
+            "appear in y_test but not in y_train"
         )
     no_train = np.flatnonzero(train_counts == 0)
     if len(no_train):
         raise DataError(
-            f"{source}: class(es) {_names(no_train, class_names)} have no training or test samples (labels must be 0 … C-1 without gaps)"
+            f"{source}: class(es) {_names(no_train, class_names)} have no training or test samples "
+            "(labels must be 0 … C-1 without gaps)"
         )
     no_test = np.flatnonzero(test_counts == 0)
     if len(no_test):
         raise DataError(
-            f"{source}: class(es) {_names(no_test, class_names)} have no test samples (every class needs held-out samples to be evaluated)"
+            f"{source}: class(es) {_names(no_test, class_names)} have no test samples (every class "
+            "needs held-out samples to be evaluated)"
         )
     return Dataset(
         x_train=_as_float(x_train),
@@ -375,7 +380,8 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
         missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in archive.files]
         if missing:
             raise DataError(
-                f"{source}: missing array(s) {', '.join(missing)} (found: {', '.join(archive.files) or 'none'})"
+                f"{source}: missing array(s) {', '.join(missing)} (found: "
+                f"{', '.join(archive.files) or 'none'})"
             )
         try:
             arrays = {k: _npz_member(path, k, archive) for k in ("x_train", "y_train", "x_test", "y_test")}

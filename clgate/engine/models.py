@@ -176,14 +176,16 @@ def build_model(arch: str, input_shape: tuple[int, ...], n_classes: int, *, hidd
             channels, prefix = input_shape[0], []
         else:
             raise ModelError(
-                f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); the data has samples of shape {input_shape}"
+                f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); the data has "
+                f"samples of shape {input_shape}"
             )
         core = SmallCNN(channels, n_classes) if arch == "cnn" else ResNet18Slim(channels, n_classes)
         return nn.Sequential(*prefix, core) if prefix else core
     if arch.startswith(("torchvision:", "timm:")):
         return _hub_model(arch, input_shape, n_classes)
     raise ModelError(
-        f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)}, torchvision:NAME or timm:NAME)"
+        f"model.arch: unknown architecture {arch!r} (choose {', '.join(BUILTIN_ARCHS)}, "
+        "torchvision:NAME or timm:NAME)"
     )
 
 
@@ -198,7 +200,8 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
     library, name = arch.split(":", 1)
     if len(input_shape) not in (2, 3):
         raise ModelError(
-            f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape {input_shape}"
+            f"model.arch: {arch} needs image inputs (N, C, H, W) or (N, H, W); got samples of shape "
+            f"{input_shape}"
         )
     channels = 1 if len(input_shape) == 2 else input_shape[0]
     try:
@@ -219,7 +222,8 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
     if library == "torchvision" and channels != 3:
         if channels != 1:
             raise ModelError(
-                f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has {channels} channels"
+                f"model.arch: {arch} takes RGB (3-channel) or grayscale images; the data has "
+                f"{channels} channels"
             )
         model.register_forward_pre_hook(_to_rgb)
     elif len(input_shape) == 2:
@@ -529,7 +533,8 @@ def load_torchscript(path: str | Path) -> torch.nn.Module:
         )
     if kind == "export":
         raise ModelError(
-            f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint of clgate evaluate"
+            f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint "
+            "of clgate evaluate"
         )
     if kind != "torchscript":
         raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
@@ -671,5 +676,6 @@ def check_output_width(model: nn.Module, input_shape: tuple[int, ...], n_classes
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != n_classes:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ModelError(
-            f"{source}: the model outputs {shape} for a batch of 2; expected (2, {n_classes}) logits, one per class"
+            f"{source}: the model outputs {shape} for a batch of 2; expected (2, {n_classes}) "
+            "logits, one per class"
         )

@@ -311,7 +311,8 @@ class Recorder:
             out = self._logits(model, x) if self._logits is not None else model(x)
             if out.ndim != 2 or out.shape[1] < self.n_classes:
                 raise EngineInputError(
-                    f"model output: expected logits of shape (batch, ≥{self.n_classes}), got {tuple(out.shape)}"
+                    f"model output: expected logits of shape (batch, ≥{self.n_classes}), got "
+                    f"{tuple(out.shape)}"
                 )
             out = out[:, : self.n_classes]
             return out if self.predict_over == "all" else out.masked_fill(~self._seen, float("-inf"))

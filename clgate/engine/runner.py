@@ -379,7 +379,8 @@ class _SeedRun:
             self._save(partial=True)
             d = self.divergence or {}
             raise TrainingDiverged(
-                f"seed {self.seed}: training diverged at task {d.get('task')}, iteration {d.get('iteration')}: "
+                f"seed {self.seed}: training diverged at task {d.get('task')}, iteration "
+                f"{d.get('iteration')}: "
                 f"{d.get('reason')} (lower training.lr or the strategy's regularisation); the log so far is "
                 f"written to {self.path} with partial: true and diverged (the gate fails it)"
             ) from None
@@ -459,7 +460,8 @@ class _SeedRun:
                 n = len(y_t)
                 if n == 1 and self.batchnorm:
                     raise EngineInputError(
-                        f"task {k + 1}: one training sample; a model with BatchNorm cannot train on a batch of one"
+                        f"task {k + 1}: one training sample; a model with BatchNorm cannot train on "
+                        "a batch of one"
                     )
                 steps_per_epoch = self._steps_per_epoch(n)
                 n_iter = self._iterations_for(n)

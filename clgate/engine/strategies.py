@@ -466,7 +466,8 @@ def available_strategies() -> dict[str, type[Strategy]]:
             raise StrategyError(f"strategy plugin {ep.name!r} ({ep.value}) cannot be loaded: {exc}") from None
         if not (isinstance(cls, type) and issubclass(cls, Strategy)):
             raise StrategyError(
-                f"strategy plugin {ep.name!r} ({ep.value}) is not a clgate.engine.strategies.Strategy subclass"
+                f"strategy plugin {ep.name!r} ({ep.value}) is not a "
+                "clgate.engine.strategies.Strategy subclass"
             )
         found[ep.name] = cls
     return found

@@ -236,7 +236,8 @@ def fwt_lifetime(ctx: MetricContext) -> Outcome:
         return Outcome(
             None,
             reason=(
-                "the model predicted over the seen classes only (meta.predict_over: seen): a future task scores 0 "
+                "the model predicted over the seen classes only (meta.predict_over: seen): a "
+                "future task scores 0 "
                 "by construction, so forward transfer is not measured (evaluate with predict_over: all)"
             ),
         )

@@ -274,7 +274,8 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
                 or "—"
             )
             lines.append(
-                f"| {i} | {md_text(row.class_name)} | {row.task} | {fmt(row.severity)} | {pct(row.final_error)} "
+                f"| {i} | {md_text(row.class_name)} | {row.task} | {fmt(row.severity)} | "
+                f"{pct(row.final_error)} "
                 f"| {pct(row.worst_error)} | {md_text(at)} | {row.occurrence_worst} | {row.detection} "
                 f"| {fmt(row.rpn_worst)} | {_priority(row.priority_worst)} |"
             )

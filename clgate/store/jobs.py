@@ -154,7 +154,8 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
         if losses >= store.settings.max_worker_losses:
             job.worker_losses = losses
             error = (
-                f"crashed the worker {losses} times (CLGATE_MAX_WORKER_LOSSES={store.settings.max_worker_losses}); "
+                f"crashed the worker {losses} times "
+                f"(CLGATE_MAX_WORKER_LOSSES={store.settings.max_worker_losses}); "
                 "not run again"
             )
             _finish(s, job, JobState.failed, error=error, actor=actor)

@@ -277,7 +277,8 @@ def test_application_role_on_postgresql(
         "ALTER TABLE decisions DISABLE TRIGGER USER",
         "DROP TRIGGER audit_events_append_only ON audit_events",
         "DROP FUNCTION decisions_append_only() CASCADE",
-        "CREATE TRIGGER t BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION audit_events_append_only()",
+        "CREATE TRIGGER t BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION "
+        "audit_events_append_only()",
     ]
     for statement in refused:
         with (

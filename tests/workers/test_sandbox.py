@@ -34,7 +34,8 @@ UNCHECKED_CHILD = [
     "-c",
     (
         "import sys; import clgate.engine.models as m; "
-        "m._scan_torchscript_code = lambda path: None; m.check_torchscript_ops = lambda module, source: None; "
+        "m._scan_torchscript_code = lambda path: None; m.check_torchscript_ops = lambda module, "
+        "source: None; "
         "from clgate.workers.sandbox_child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))"
     ),
 ]
