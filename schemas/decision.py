@@ -115,7 +115,9 @@ class Decision(BaseModel):
     errors: list[str] = Field(default_factory=list, description="Input problems (verdict ERROR).")
     complete: bool = Field(
         True,
-        description="False when a run or the baseline is partial: rules that need what is missing do not pass.",
+        description=(
+            "False when a run or the baseline is partial: rules that need what is missing do not pass."
+        ),
     )
     incomplete: list[str] = Field(
         default_factory=list, description="One line per partial run: its seed and how many tasks it finished."

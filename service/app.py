@@ -130,7 +130,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         response_model=Health,
         tags=["health"],
         responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
-        summary="Readiness: database writable, connections free, broker reachable; how job models are confined",
+        summary=(
+            "Readiness: database writable, connections free, broker reachable; how job models are confined"
+        ),
     )
     def readyz(request: Request):
         checks: dict[str, str] = {}

@@ -164,7 +164,10 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
 
 
 def hard_limit_reason(store: Store, running_s: float) -> str:
-    return f"hard time limit exceeded: ran {running_s:.0f} s (CLGATE_JOB_TIME_LIMIT_S={store.settings.job_time_limit_s})"
+    return (
+        f"hard time limit exceeded: ran {running_s:.0f} s "
+        f"(CLGATE_JOB_TIME_LIMIT_S={store.settings.job_time_limit_s})"
+    )
 
 
 def _running_s(job: Job) -> float:

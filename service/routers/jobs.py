@@ -364,7 +364,9 @@ def list_results(job_id: str, session: SessionDep, key: Viewer):
 @router.get(
     "/{job_id}/results/{name:path}",
     response_class=FileResponse,
-    summary="Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml",
+    summary=(
+        "Download a result: log, metrics.json, decision.json, report.html, report.md, fmeca.csv, junit.xml"
+    ),
 )
 def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key: Viewer):
     scope(key).job(session, job_id)
