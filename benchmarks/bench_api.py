@@ -12,7 +12,8 @@ and the service's overhead on one digits job against running the same job direct
    /v1/jobs, which the embedded executor then runs beside the API). Prints requests per second,
    p50/p99 latency for reads and writes, and errors. Goals: zero errors, read p99 < 50 ms.
 2. One digits job (examples/jobs/digits-er.yaml: split digits, 5 tasks, ER, 5 epochs) submitted
-   to the service, timed from submission until its decision is stored, against `clgate gate --job` (the same engine run and the
+   to the service, timed from submission until its decision is stored, against `clgate gate --job` (the
+   same engine run and the
    same gate, in a fresh process) and `clgate run` (the engine alone). Each is run twice, alternating;
    the ratios use the medians. Each job runs in a fresh confined child process (the job sandbox), so
    the fair comparison is `clgate gate --job`; goal: service / `clgate gate --job` ≤ 1.05.
@@ -164,7 +165,8 @@ def load(
 
 
 def direct_run(spec_path: Path, out: Path, *, gate: bool) -> float:
-    """Wall time of ``clgate gate --job`` (engine + gate, what a service job does) or ``clgate run`` (engine only)."""
+    """Wall time of ``clgate gate --job`` (engine + gate, what a service job does) or ``clgate run``
+    (engine only)."""
     shutil.rmtree(out, ignore_errors=True)
     if gate:
         argv = ["gate", "--job", str(spec_path), "--policy", str(POLICY), "--out", str(out)]

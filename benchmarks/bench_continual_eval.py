@@ -10,7 +10,8 @@
    ``clgate run`` (goal: under a minute).
 
 Timings interleave the compared variants and keep the median (evaluation) or the minimum (training)
-of several rounds, because the machine may be shared. Run: ``.venv/bin/python benchmarks/bench_continual_eval.py``.
+of several rounds, because the machine may be shared. Run: ``.venv/bin/python
+benchmarks/bench_continual_eval.py``.
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def bench_training() -> float:
     y_all = torch.from_numpy(ds.y_train)
 
     def plain(iters: int) -> float:
-        """The loop a person would write: shuffled batches of 16, SGD (the spec's lr and momentum), cross-entropy, 5 tasks."""
+        """The loop a person would write: shuffled batches of 16, SGD (the spec's lr and momentum),
+        cross-entropy, 5 tasks."""
         torch.manual_seed(0)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # as the engine (cpu_threads: 1)

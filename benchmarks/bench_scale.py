@@ -70,7 +70,8 @@ def job(data: dict, *, n_tasks: int, eval_every: int | None, subsample: int | No
 
 
 def run_cli(spec: dict, work: Path, name: str) -> tuple[float, int]:
-    """Wall time and peak RSS (bytes, ``VmHWM``: the exec'd process's own, not the fork's) of ``clgate run``."""
+    """Wall time and peak RSS (bytes, ``VmHWM``: the exec'd process's own, not the fork's) of ``clgate
+    run``."""
     path = work / f"{name}.json"
     path.write_text(json.dumps(spec))
     code = (

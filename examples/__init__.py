@@ -1,1 +1,2 @@
-"""The shipped examples (jobs, policies, logs, CI snippets), installed as package data of ``clgate.examples``."""
+"""The shipped examples (jobs, policies, logs, CI snippets), installed as package data of
+``clgate.examples``."""

@@ -3,7 +3,8 @@
 Verdict precedence: ERROR (a rule could not be evaluated, or the inputs were invalid) over FAIL (a
 ``block`` rule failed) over WARN (a ``warn`` rule failed) over PASS. A run whose training diverged makes
 the verdict FAIL (unless the inputs are invalid: ERROR); a partial input never passes a rule that needs
-what is missing (see docs/gate.md, "What the gate refuses to judge, and why"). A decision is deterministic: the
+what is missing (see docs/gate.md, "What the gate refuses to judge, and why"). A decision is deterministic:
+the
 same logs, policy and baseline give the same decision (``provenance`` is whatever the caller passed).
 The ``decision.json`` file written beside the reports also carries ``sha256``, the hash of the rest of
 the document (:func:`decision_sha256`), so an edited file shows.

@@ -3,7 +3,8 @@
 S (severity) and D (detection) come from the policy — a class the policy gives no severity is
 *unrated* (S, RPN and priority empty: what nobody rated is not defaulted into High or Low); O
 (occurrence) from the measured error rate through the policy's occurrence scale, both for the final
-error and for the worst error after the class was learned (the stability gap). RPN = S × O × D; the action priority comes from the policy's table.
+error and for the worst error after the class was learned (the stability gap). RPN = S × O × D; the action
+priority comes from the policy's table.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with roles,
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with
+roles,
 and :class:`Scope`, the one place that decides which project's records a key may see and touch.
 """
 

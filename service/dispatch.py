@@ -80,7 +80,8 @@ class CeleryDispatcher:
         ).start()
 
     def held_ids(self) -> set[str] | None:
-        """Ids of the jobs Redis holds: waiting in a queue (any priority) or delivered and not acknowledged."""
+        """Ids of the jobs Redis holds: waiting in a queue (any priority) or delivered and not
+        acknowledged."""
         import json
 
         try:

@@ -33,7 +33,8 @@ CODES = {
 
 
 class ErrorBody(BaseModel):
-    """Every error answer: a stable code, a sentence saying why, and the individual problems (field: reason)."""
+    """Every error answer: a stable code, a sentence saying why, and the individual problems (field:
+    reason)."""
 
     error: str = Field(description="Stable code: " + ", ".join(sorted(set(CODES.values()))))
     reason: str

@@ -1,7 +1,8 @@
 """Shared test helpers.
 
 Tests that need a real external program (redis-server, promtool, chromium) use the
-``require_binary`` fixture: locally a missing program skips the test with the install hint; in CI (``CI=true``)
+``require_binary`` fixture: locally a missing program skips the test with the install hint; in CI
+(``CI=true``)
 it fails, so a missing install step cannot hide behind a green run.
 """
 

@@ -87,7 +87,8 @@ def run_engine(
     should_stop: Callable[[], bool],
     base_dir: Path,
 ) -> tuple[list[Path], bool]:
-    """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log partial)."""
+    """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log
+    partial)."""
     from clgate.engine import JobCancelled, run_job
 
     try:

@@ -25,7 +25,8 @@ log = logging.getLogger("clgate.embedded")
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Pool process initializer: exit when the API process is gone (a running job resumes at the next start)."""
+    """Pool process initializer: exit when the API process is gone (a running job resumes at the next
+    start)."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:

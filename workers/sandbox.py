@@ -14,7 +14,8 @@ inputs into ``<attempt>/inputs`` (verified against their hashes), writes the spe
 - ``none`` (only with ``CLGATE_ALLOW_UNCONFINED=true``): the same child and limits without the
   namespaces; the service warns at start and ``/readyz`` reports ``sandbox: unconfined``.
 
-Limits in both: address space (``CLGATE_SANDBOX_MEMORY_BYTES``), file size (``CLGATE_SANDBOX_MAX_FILE_BYTES``),
+Limits in both: address space (``CLGATE_SANDBOX_MEMORY_BYTES``), file size
+(``CLGATE_SANDBOX_MAX_FILE_BYTES``),
 CPU threads (``CLGATE_SANDBOX_CPU_THREADS``), CPU time (the hard time limit × threads), open files, no core
 dumps, and wall time: at the soft time limit or on cancel the child is asked to stop (``control/stop``)
 and is killed ``CLGATE_SANDBOX_KILL_GRACE_S`` later (SIGTERM, then SIGKILL).
@@ -115,7 +116,8 @@ def _bwrap_works(binary: str) -> str | None:
 
 
 def sandbox_status(settings: Settings) -> SandboxStatus:
-    """Which confinement ``settings`` give on this machine (``CLGATE_SANDBOX``, ``CLGATE_ALLOW_UNCONFINED``)."""
+    """Which confinement ``settings`` give on this machine (``CLGATE_SANDBOX``,
+    ``CLGATE_ALLOW_UNCONFINED``)."""
     if settings.sandbox in ("auto", "bwrap"):
         binary = shutil.which("bwrap")
         problem = "bwrap not found (Debian package bubblewrap)" if binary is None else _bwrap_works(binary)

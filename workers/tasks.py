@@ -1,4 +1,5 @@
-"""Celery tasks: thin wrappers over :func:`clgate.workers.runner.execute_job` (retries on named transient faults)."""
+"""Celery tasks: thin wrappers over :func:`clgate.workers.runner.execute_job` (retries on named transient
+faults)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def repo_file(relative: str) -> Path:
-    """A shipped example (``examples/…``): the working directory's copy if there is one, else the package's."""
+    """A shipped example (``examples/…``): the working directory's copy if there is one, else the
+    package's."""
     here = Path(relative)
     if here.exists():
         return here

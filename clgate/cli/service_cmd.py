@@ -1,4 +1,5 @@
-"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``, ``clgate db upgrade|grant``,
+"""``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``, ``clgate db
+upgrade|grant``,
 ``clgate audit verify``: the validation service.
 
 Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
@@ -39,7 +40,8 @@ def _settings(data_dir: Path | None = None, **overrides):
 
 
 def _sessions(settings, *, migrate: bool = True):
-    """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job has."""
+    """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job
+    has."""
     from clgate.store import open_store
     from clgate.store.db import wait_for_schema
 

@@ -1,7 +1,8 @@
 """Data sets for the engine: bundled digits, NPZ files, image folders, synthetic clusters.
 
 Every loader returns a validated :class:`Dataset` (numpy arrays; inputs float32, or uint8 images
-kept as stored and scaled to [0, 1] per batch by :func:`model_input`; int64 labels ``0 … C-1``) or raises :class:`~clgate.engine.errors.DataError` naming the file and the problem:
+kept as stored and scaled to [0, 1] per batch by :func:`model_input`; int64 labels ``0 … C-1``) or raises
+:class:`~clgate.engine.errors.DataError` naming the file and the problem:
 shapes, dtypes, label range, NaN/inf, classes without test (or training) samples, and train/test
 class mismatch.
 

@@ -520,7 +520,8 @@ def check_torchscript_ops(module: torch.jit.ScriptModule, source: str) -> None:
 
 
 def load_torchscript(path: str | Path) -> torch.nn.Module:
-    """A TorchScript module, after its code (before loading) and its graphs (after) pass the operator check."""
+    """A TorchScript module, after its code (before loading) and its graphs (after) pass the operator
+    check."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such file")

@@ -75,7 +75,8 @@ class Recorder:
     task ends only). ``subsample_per_task``: a fixed, seeded subsample of that many evaluation
     samples per task (see docs/recorder.md for choosing it). ``logits(model, x)``: how to get logits
     from the model (default ``model(x)``). ``transform``: applied to each evaluation batch on the
-    device (e.g. :func:`clgate.engine.data.model_input` for uint8 images kept as stored). ``meta``: anything to keep in the log's ``meta``
+    device (e.g. :func:`clgate.engine.data.model_input` for uint8 images kept as stored). ``meta``:
+    anything to keep in the log's ``meta``
     (strategy, hyper-parameters …).
     """
 

@@ -83,7 +83,8 @@ _MD_ORDERED = re.compile(r"^(\d+)([.)])")
 
 def md_text(text: Any) -> str:
     """User text (class names, rule ids, messages) made inert in Markdown: one line, Markdown
-    punctuation backslash-escaped, ``&``, ``<`` and ``>`` as entities (no raw HTML; links and tables cannot break).
+    punctuation backslash-escaped, ``&``, ``<`` and ``>`` as entities (no raw HTML; links and tables cannot
+    break).
     The one escaping helper of the Markdown renderer; HTML relies on Jinja's autoescape.
 
     >>> print(md_text("a|b *c* <script>"))

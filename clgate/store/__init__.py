@@ -54,7 +54,8 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
 
 
 def _auditor(sessions: sessionmaker[Session]):
-    """``on_corrupt`` for the artifact store: each quarantined file leaves an ``artifact.quarantined`` event."""
+    """``on_corrupt`` for the artifact store: each quarantined file leaves an ``artifact.quarantined``
+    event."""
     from clgate.store.db import audit, session_scope
 
     def record(corruption) -> None:

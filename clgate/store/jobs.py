@@ -330,7 +330,8 @@ def beat_job(store: Store, job_id: str, attempt: int) -> bool:
 
 
 def release(store: Store, job_id: str, attempt: int, *, reason: str, actor: str) -> bool:
-    """Put attempt ``attempt`` of a running job back to ``queued`` (a transient fault, retried): no worker loss."""
+    """Put attempt ``attempt`` of a running job back to ``queued`` (a transient fault, retried): no worker
+    loss."""
     with session_scope(store.sessions) as s:
         result = s.execute(
             update(Job)

@@ -1,4 +1,5 @@
-"""Jobs: submit (202 + id), get, list with filters and pagination, cancel, results, decision, re-gate, waivers."""
+"""Jobs: submit (202 + id), get, list with filters and pagination, cancel, results, decision, re-gate,
+waivers."""
 
 from __future__ import annotations
 

@@ -37,7 +37,8 @@ class FileWriter:
 
 
 def _payloads(tmp_path, target):
-    """Three files that would create ``target`` if unpickled: torch.save zip, raw pickle, legacy torch.save."""
+    """Three files that would create ``target`` if unpickled: torch.save zip, raw pickle, legacy
+    torch.save."""
     zip_payload = tmp_path / "model.pt"
     torch.save({"model": FileWriter(str(target)), "w": torch.zeros(2)}, zip_payload)
     raw = tmp_path / "model.pkl"

@@ -34,7 +34,8 @@ def manifests() -> list[dict]:
 
 
 def check_clgate_command(argv: list[str]) -> None:
-    """``clgate ...`` parses with the real CLI (commands and options exist, values valid); raises otherwise."""
+    """``clgate ...`` parses with the real CLI (commands and options exist, values valid); raises
+    otherwise."""
     from clgate.cli import app
 
     assert argv[0] == "clgate", argv
