@@ -359,7 +359,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
 def import_table(
     path: str | Path, *, fmt: str | None = None, tasks: Sequence[Sequence[int | str]] | None = None
 ) -> EvaluationLog:
-    """Read a CSV/JSON Lines per-class table and return the validated log (:class:`TableError` on bad input)."""
+    """Read a CSV/JSON Lines per-class table and return the validated log (:class:`TableError` on bad
+    input)."""
     path = Path(path)
     rows = read_table(path, fmt=fmt)
     unknown = sorted({k for _, r in rows for k in r} - KNOWN)

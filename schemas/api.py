@@ -53,8 +53,8 @@ Project = Annotated[
     str,
     Field(
         pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
-        description="A team's project: lower-case letters, digits and '-'. Keys see only their project's records "
-        "(admin keys: every project's).",
+        description="A team's project: lower-case letters, digits and '-'. Keys see only their project's "
+        "records (admin keys: every project's).",
     ),
 ]
 ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description="sha256:<64 hex digits>")]

@@ -6,7 +6,8 @@ kept as stored and scaled to [0, 1] per batch by :func:`model_input`; int64 labe
 shapes, dtypes, label range, NaN/inf, classes without test (or training) samples, and train/test
 class mismatch.
 
->>> ds = load_data({"kind": "synthetic", "n_classes": 3, "n_features": 4, "train_per_class": 5, "test_per_class": 2})
+>>> ds = load_data({"kind": "synthetic", "n_classes": 3, "n_features": 4,
+...                  "train_per_class": 5, "test_per_class": 2})
 >>> ds.x_train.shape, ds.n_classes, ds.class_names
 ((15, 4), 3, ['0', '1', '2'])
 """

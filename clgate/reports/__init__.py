@@ -444,7 +444,8 @@ def csv_safe(cell: object) -> object:
     Numbers pass unchanged (a negative number is data, not a formula); class names and other text from
     the evaluation log are neutralised (OWASP "CSV injection").
 
-    >>> print(csv_safe('=HYPERLINK("http://x", "y")'), csv_safe("+cmd|' /C calc'!A0"), csv_safe("cat"), csv_safe(-1))
+    >>> print(csv_safe('=HYPERLINK("http://x", "y")'), csv_safe("+cmd|' /C calc'!A0"),
+    ...       csv_safe("cat"), csv_safe(-1))
     '=HYPERLINK("http://x", "y") '+cmd|' /C calc'!A0 cat -1
     """
     if isinstance(cell, str) and cell.startswith(CSV_FORMULA_STARTS):

@@ -58,7 +58,9 @@ class Settings(BaseSettings):
     worst_classes: Annotated[int, Field(ge=1, le=20)] = 3
     sandbox: Literal["auto", "bwrap", "none"] = Field(
         "auto",
-        description="How a job's engine child is confined: bwrap (bubblewrap), none, or auto (bwrap when it works).",
+        description=(
+            "How a job's engine child is confined: bwrap (bubblewrap), none, or auto (bwrap when it works)."
+        ),
     )
     allow_unconfined: bool = Field(
         False, description="Run submitted models without a sandbox when none is available (not recommended)."
@@ -79,8 +81,8 @@ class Settings(BaseSettings):
     )
     public_docs: bool = Field(
         False,
-        description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs a viewer key "
-        "and the interactive pages are not served (the API's shape is not public by default).",
+        description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs "
+        "a viewer key and the interactive pages are not served (the API's shape is not public by default).",
     )
     # ------------------------------------------------------------ reliability (load and faults)
     api_concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
