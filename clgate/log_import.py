@@ -24,7 +24,7 @@ The task layout is the order in which classes are first evaluated (the classes f
 >>> log = log_from_rows(rows, source="demo")
 >>> log.tasks, log.class_names, log.points[1].correct
 ([[0, 1], [2]], ['cat', 'dog', 'eel'], [5, 6, 8])
-"""
+"""  # noqa: E501 - a Markdown table row cannot be wrapped
 
 from __future__ import annotations
 

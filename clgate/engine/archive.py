@@ -25,7 +25,7 @@ everything in one (``mydata/train/...``).
 Traceback (most recent call last):
 ...
 clgate.engine.archive.ArchiveError: archive entry '../evil.txt': '..' in the path (entries must stay inside the archive)
-"""
+"""  # noqa: E501 - the doctest output line is the exact exception message
 
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ def apply_layout(arrays: dict[str, np.ndarray], layout: str, source: str) -> dic
     Traceback (most recent call last):
     ...
     clgate.engine.errors.DataError: d: x_train has shape (2, 5, 5, 3): channels last (N, H, W, C), but data.layout is channels_first; set data.layout: channels_last
-    """
+    """  # noqa: E501 - the doctest output line is the exact exception message
     out = dict(arrays)
     for name in ("x_train", "x_test"):
         a = arrays.get(name)

@@ -135,7 +135,7 @@ _OVERFLOW_JS = """() => {
     if (el.tagName === 'TABLE' && el.scrollWidth > el.clientWidth + 1) bad.push('table#' + el.id + ' scrolls');
   }
   return bad;
-}"""
+}"""  # noqa: E501 - embedded JavaScript source
 
 
 @pytest.mark.parametrize("width", [1400, 420])

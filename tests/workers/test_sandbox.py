@@ -257,7 +257,7 @@ try:
 except OSError:
     found["wrote_outside"] = False
 open(os.path.join(out, "error.json"), "w").write(json.dumps({"kind": "error", "type": "Probe", "message": json.dumps(found)}))
-"""
+"""  # noqa: E501 - embedded Python source, one statement per line
 
 
 def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, monkeypatch):
