@@ -295,6 +295,13 @@ def child_env(settings: Settings, *, home: str) -> dict[str, str]:
             "MPLCONFIGDIR": f"{home}/mpl",
         }
     )
+    # the child imports the very clgate this worker runs (a checkout on the worker's path may shadow the
+    # installed one: without this the child would find the other one, which it cannot see)
+    import clgate
+
+    root = Path(clgate.__file__).resolve().parent.parent
+    if "site-packages" not in root.parts:
+        env["PYTHONPATH"] = str(root)
     return env
 
 
