@@ -180,44 +180,20 @@ def test_redis_restarted_without_persistence_queued_jobs_are_sent_again(
         server.stop()
 
 
-def test_embedded_executor_requeues_a_job_whose_process_died(tmp_path):
+def test_embedded_executor_requeues_a_job_whose_process_died(tmp_path, migrated_store, long_job):
     """The same supervisor for the embedded executor: its job process killed → queued again, run again."""
     from sqlalchemy import select
 
-    from clgate.store.db import session_scope, upgrade
-    from clgate.store.models import AuditEvent, Job, Policy
+    from clgate.store.db import session_scope
+    from clgate.store.models import AuditEvent, Job
     from clgate.store.settings import Settings
-    from clgate.workers import runner
     from clgate.workers.embedded import EmbeddedExecutor
 
     settings = Settings(
         data_dir=tmp_path / "data", worker_heartbeat_s=0.5, worker_stale_s=3, reaper_interval_s=1
     )
-    settings.data_dir.mkdir()
-    upgrade(settings.resolved_database_url())
-    ctx = runner.store_for(settings)
-    spec = {
-        "mode": "retrain",
-        "data": "digits",
-        "scenario": {"n_tasks": 5},
-        "model": {"arch": "mlp", "hidden": 16},
-        "training": {"iterations": 1_000_000, "batch_size": 8},
-        "evaluation": {"eval_every": 100},
-        "device": "cpu",
-    }
-    with session_scope(ctx.sessions) as s:
-        p = Policy(
-            name="p",
-            version="1",
-            document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-            sha256="0" * 64,
-        )
-        s.add(p)
-        s.flush()
-        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
-        s.add(job)
-        s.flush()
-        job_id = job.id
+    ctx = migrated_store(settings)
+    job_id = long_job(ctx)
 
     def wait(predicate, timeout=120):
         deadline = time.monotonic() + timeout

@@ -205,35 +205,12 @@ def test_settings_are_validated_at_start_up(tmp_path):
         Settings(job_soft_time_limit_s=100, job_time_limit_s=50)
 
 
-def test_time_limit_stops_a_training_job_between_iterations(tmp_path):
+def test_time_limit_stops_a_training_job_between_iterations(tmp_path, migrated_store, long_job):
     from clgate.store.models import JobFile
 
     settings = Settings(data_dir=tmp_path / "data", job_soft_time_limit_s=2, job_time_limit_s=3)
-    settings.data_dir.mkdir()
-    upgrade(settings.resolved_database_url())
-    ctx = runner.store_for(settings)
-    spec = {
-        "mode": "retrain",
-        "data": "digits",
-        "scenario": {"n_tasks": 5},
-        "model": {"arch": "mlp", "hidden": 16},
-        "training": {"iterations": 1_000_000, "batch_size": 8},
-        "evaluation": {"eval_every": 50},
-        "device": "cpu",
-    }
-    with session_scope(ctx.sessions) as s:
-        p = Policy(
-            name="p",
-            version="1",
-            document={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]},
-            sha256="0" * 64,
-        )
-        s.add(p)
-        s.flush()
-        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
-        s.add(job)
-        s.flush()
-        job_id = job.id
+    ctx = migrated_store(settings)
+    job_id = long_job(ctx, eval_every=50)
     t0 = time.monotonic()
     assert runner.execute_job(job_id, settings) == "failed"
     assert time.monotonic() - t0 < 60
@@ -283,31 +260,6 @@ def test_embedded_executor_resumes_jobs_left_by_a_previous_run(tmp_path, example
         executor.shutdown()
 
 
-def _long_job(ctx) -> str:
-    spec = {
-        "mode": "retrain",
-        "data": "digits",
-        "scenario": {"n_tasks": 5},
-        "model": {"arch": "mlp", "hidden": 16},
-        "training": {"iterations": 1_000_000, "batch_size": 8},
-        "evaluation": {"eval_every": 100},
-        "device": "cpu",
-    }
-    with session_scope(ctx.sessions) as s:
-        p = Policy(
-            name="long",
-            version="1",
-            document={"name": "long", "rules": [{"metric": "acc", "floor": 0.1}]},
-            sha256="0" * 64,
-        )
-        s.add(p)
-        s.flush()
-        job = Job(mode="retrain", queue="gpu", model_name="m", spec=spec, policy_id=p.id, progress={})
-        s.add(job)
-        s.flush()
-        return job.id
-
-
 def _wait_state(ctx, job_id, states, timeout=90):
     deadline = time.monotonic() + timeout
     while True:
@@ -331,14 +283,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.integration
-def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(tmp_path):
+def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(
+    tmp_path, migrated_store, long_job
+):
     from clgate.workers.embedded import EmbeddedExecutor
 
     settings = Settings(data_dir=tmp_path / "data")
-    settings.data_dir.mkdir()
-    upgrade(settings.resolved_database_url())
-    ctx = runner.store_for(settings)
-    job_id = _long_job(ctx)
+    ctx = migrated_store(settings)
+    job_id = long_job(ctx)
     executor = EmbeddedExecutor(settings)
     executor.start()
     executor.submit(job_id, queue="gpu")
@@ -365,17 +317,15 @@ def test_embedded_shutdown_stops_the_job_process_and_the_next_start_resumes(tmp_
 
 
 @pytest.mark.integration
-def test_embedded_job_process_exits_when_the_api_process_dies(tmp_path):
+def test_embedded_job_process_exits_when_the_api_process_dies(tmp_path, migrated_store, long_job):
     import os
     import signal
     import subprocess
     import sys
 
     settings = Settings(data_dir=tmp_path / "data")
-    settings.data_dir.mkdir()
-    upgrade(settings.resolved_database_url())
-    ctx = runner.store_for(settings)
-    job_id = _long_job(ctx)
+    ctx = migrated_store(settings)
+    job_id = long_job(ctx)
     script = (
         "import sys, time\n"
         "from clgate.store.settings import Settings\n"
