@@ -9,7 +9,6 @@ import datetime as dt
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -198,7 +197,7 @@ def test_backdated_records_are_refused_and_detected(tmp_path):
 
 @pytest.mark.integration
 def test_application_role_on_postgresql(
-    tmp_path, postgres_url, app_factory, test_client_class, admin_key, example_log
+    tmp_path, postgres_url, app_factory, test_client_class, admin_key, example_log, gate_example_log
 ):
     owner = create_engine(postgres_url)
     with owner.begin() as conn:
@@ -230,30 +229,8 @@ def test_application_role_on_postgresql(
     app, _ = app_factory(database_url=app_url, auto_migrate=False)
     h = {"X-API-Key": admin_key}
     with test_client_class(app) as c:
-        c.post(
-            "/v1/policies",
-            json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.99}]},
-            headers=h,
-        ).raise_for_status()
-        ref = c.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
-        job = c.post(
-            "/v1/jobs",
-            json={
-                "mode": "metrics",
-                "model_name": "pg",
-                "logs": [ref],
-                "policy": {"name": "p", "version": "1"},
-            },
-            headers=h,
-        ).json()
-        deadline = time.monotonic() + 120
-        while (state := c.get(f"/v1/jobs/{job['id']}", headers=h).json())["state"] not in (
-            "succeeded",
-            "failed",
-        ):
-            assert time.monotonic() < deadline, state
-            time.sleep(0.2)
-        assert state["state"] == "succeeded" and state["verdict"] == "FAIL", state
+        job = gate_example_log(c, h, example_log)
+        assert job["state"] == "succeeded" and job["verdict"] == "FAIL", job
         other = c.post("/v1/keys", json={"name": "second", "role": "approver"}, headers=h).json()["key"]
         r = c.post(
             f"/v1/jobs/{job['id']}/waivers",

@@ -3,15 +3,15 @@ a job run by the task code, and the Prometheus collector."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sqlalchemy import text
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
-def test_service_on_postgresql(postgres_url, app_factory, test_client_class, admin_key, example_log):
+def test_service_on_postgresql(
+    postgres_url, app_factory, test_client_class, admin_key, example_log, gate_example_log
+):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
@@ -24,30 +24,8 @@ def test_service_on_postgresql(postgres_url, app_factory, test_client_class, adm
         assert engine.dialect.name == "postgresql"
         with engine.connect() as conn:
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-        c.post(
-            "/v1/policies",
-            json={"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.99}]},
-            headers=h,
-        ).raise_for_status()
-        ref = c.post("/v1/artifacts", params={"kind": "log"}, content=example_log, headers=h).json()["ref"]
-        job = c.post(
-            "/v1/jobs",
-            json={
-                "mode": "metrics",
-                "model_name": "pg",
-                "logs": [ref],
-                "policy": {"name": "p", "version": "1"},
-            },
-            headers=h,
-        ).json()
-        deadline = time.monotonic() + 120
-        while (state := c.get(f"/v1/jobs/{job['id']}", headers=h).json())["state"] not in (
-            "succeeded",
-            "failed",
-        ):
-            assert time.monotonic() < deadline, state
-            time.sleep(0.2)
-        assert state["state"] == "succeeded" and state["verdict"] == "FAIL", state
+        job = gate_example_log(c, h, example_log)
+        assert job["state"] == "succeeded" and job["verdict"] == "FAIL", job
         metrics = c.get("/metrics", headers=h).text
         assert 'clgate_model_verdict{model="pg",project="default",verdict="FAIL"} 1.0' in metrics
         assert 'clgate_decisions_total{project="default",verdict="FAIL"} 1.0' in metrics
