@@ -83,7 +83,8 @@ class NpzData(_Strict):
 
 
 class ImageFolderData(_Strict):
-    """``train/<class>/*`` and ``test/<class>/*`` image files, decoded with Pillow and resized."""
+    """``train/<class>/*`` and ``test/<class>/*`` image files, decoded with Pillow and resized when a
+    batch is read (by ``workers`` processes; ``null``: the CPUs less one, at most 8)."""
 
     kind: Literal["image_folder"] = "image_folder"
     path: str
@@ -91,6 +92,7 @@ class ImageFolderData(_Strict):
         Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]
     ] = (32, 32)
     color: Literal["L", "RGB"] = "RGB"
+    workers: Annotated[int, Field(ge=0, le=64)] | None = None
 
 
 class SyntheticData(_Strict):

@@ -15,6 +15,7 @@ class mismatch.
 from __future__ import annotations
 
 import hashlib
+import math
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from clgate.engine.errors import DataError
+from clgate.engine.samples import ImageFiles
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
@@ -31,9 +33,9 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 class Dataset:
     """Held-out class set: training and test arrays with labels ``0 … C-1``."""
 
-    x_train: np.ndarray
+    x_train: np.ndarray | ImageFiles
     y_train: np.ndarray
-    x_test: np.ndarray
+    x_test: np.ndarray | ImageFiles
     y_test: np.ndarray
     class_names: list[str]
     source: str
@@ -53,9 +55,13 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
     def digest(self) -> str:
-        """sha256 over the arrays and class names (provenance in the log's meta)."""
+        """sha256 over the arrays (an image folder: its files' bytes) and class names (provenance in the
+        log's meta), streamed in 16 MiB slices without a copy of the data."""
         h = hashlib.sha256()
         for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+            if isinstance(a, ImageFiles):
+                a.digest_into(h)
+                continue
             h.update(str(a.shape).encode())
             a = np.ascontiguousarray(a)
             flat = a.reshape(-1).view(np.uint8)
@@ -109,9 +115,9 @@ def validate_arrays(
     """
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
     for name, a in arrays.items():
-        if not isinstance(a, np.ndarray):
+        if not isinstance(a, (np.ndarray, ImageFiles)):
             raise DataError(f"{source}: {name} is not an array")
-        if a.size == 0:
+        if len(a) == 0 or math.prod(a.shape) == 0:
             raise DataError(f"{source}: {name} is empty (shape {a.shape})")
     for name in ("x_train", "x_test"):
         a = arrays[name]
@@ -191,11 +197,13 @@ def validate_arrays(
     )
 
 
-def _as_float(a: np.ndarray) -> np.ndarray:
+def _as_float(a: np.ndarray | ImageFiles) -> np.ndarray | ImageFiles:
     """Model-ready storage: uint8 images kept (4× smaller; :func:`model_input` scales each batch),
     16-bit unsigned images scaled to [0, 1] float32, other numbers float32 as they are."""
+    if isinstance(a, ImageFiles):
+        return a  # uint8, decoded per batch
     if a.dtype == np.uint8:
-        return np.ascontiguousarray(a)
+        return a if isinstance(a, np.memmap) else np.ascontiguousarray(a)
     if a.dtype == np.uint16:
         return (a.astype(np.float32) / float(np.iinfo(a.dtype).max)).astype(np.float32)
     return np.ascontiguousarray(a, dtype=np.float32)
@@ -338,7 +346,7 @@ def check_image_folder_limits(
     ]
     if len(files) > max_samples:
         problems.append(f"{root.name}: {len(files)} images, more than {max_samples} (CLGATE_MAX_SAMPLES)")
-    decoded = len(files) * size[0] * size[1] * (1 if color == "L" else 3) * 4  # float32 after scaling
+    decoded = len(files) * size[0] * size[1] * (1 if color == "L" else 3)  # uint8, as batches are read
     if decoded > max_bytes:
         problems.append(
             f"{root.name}: {decoded} bytes once decoded, more than {max_bytes} (CLGATE_MAX_NPZ_BYTES)"
@@ -447,12 +455,13 @@ def _npz_member(path: Path, key: str, archive: Any) -> np.ndarray:
 
 
 def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:
-    """``train/<class>/*`` and ``test/<class>/*`` → ``(N, C, H, W)`` float images in [0, 1].
+    """``train/<class>/*`` and ``test/<class>/*`` → ``(N, C, H, W)`` uint8 images, read lazily.
 
-    Classes are the sub-folder names of ``train/`` in sorted order; ``test/`` must have the same.
+    Classes are the sub-folder names of ``train/`` in sorted order; ``test/`` must have the same. The
+    inputs are :class:`~clgate.engine.samples.ImageFiles`: paths, decoded (converted to ``color`` and
+    resized to ``size``) when a batch is read. Each file's header is read now, so that a file that is not
+    an image is refused before training; a file whose pixels cannot be decoded is refused when it is read.
     """
-    from PIL import Image, UnidentifiedImageError
-
     root = Path(path)
     for split in ("train", "test"):
         if not (root / split).is_dir():
@@ -472,7 +481,7 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
         raise DataError(f"{root}: train/test class mismatch: " + "; ".join(parts))
     out: dict[str, Any] = {}
     for split in ("train", "test"):
-        xs: list[np.ndarray] = []
+        paths: list[Path] = []
         ys: list[int] = []
         for label, name in enumerate(classes):
             files = sorted(
@@ -483,19 +492,25 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
                     f"{root / split / name}: no image files (class {name!r} has no {split} samples)"
                 )
             for f in files:
-                try:
-                    with Image.open(f) as img:
-                        img = img.convert(color).resize((size[1], size[0]), Image.BILINEAR)
-                        a = np.asarray(img, dtype=np.uint8)
-                except (UnidentifiedImageError, OSError, ValueError) as exc:
-                    raise DataError(f"{f}: cannot decode image ({exc})") from None
-                xs.append(a[None] if a.ndim == 2 else a.transpose(2, 0, 1))
-                ys.append(label)
-        out[f"x_{split}"] = np.stack(xs)
+                _check_image_header(f)
+            paths.extend(files)
+            ys.extend([label] * len(files))
+        out[f"x_{split}"] = ImageFiles(paths, size=(int(size[0]), int(size[1])), color=color)
         out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
     ds = validate_arrays(out["x_train"], out["y_train"], out["x_test"], out["y_test"], classes, str(root))
     ds.meta = {"size": list(size), "color": color}
     return ds
+
+
+def _check_image_header(path: Path) -> None:
+    """Refuse a file that is not an image Pillow can open (its header only is read)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.size  # noqa: B018 - the header is parsed on open; size is what it declares
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise DataError(f"{path}: cannot decode image ({exc})") from None
 
 
 def make_synthetic(

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from clgate.engine.errors import EngineInputError
+from clgate.engine.samples import ImageFiles
 
 
 def stratified_subsample(
@@ -98,7 +99,7 @@ class ContinualEvaluator:
 
     def __init__(
         self,
-        x_test: torch.Tensor,
+        x_test: torch.Tensor | np.ndarray | ImageFiles,
         y_test: torch.Tensor,
         *,
         tasks: list[list[int]],
@@ -134,7 +135,12 @@ class ContinualEvaluator:
         selected = np.concatenate(parts).astype(np.int64)
         self.selection_sha256 = hashlib.sha256(selected.tobytes()).hexdigest()
         order = torch.from_numpy(selected)
-        self.x = x_test[order].to(device)
+        if isinstance(x_test, ImageFiles):  # decoded once, by worker processes; kept in stored dtype
+            self.x = torch.from_numpy(x_test.read(selected)).to(device)
+        elif isinstance(x_test, np.ndarray):  # a memory map too: only the selected rows are read
+            self.x = torch.from_numpy(np.ascontiguousarray(x_test[selected])).to(device)
+        else:
+            self.x = x_test[order].to(device)
         self.y = y_test[order].to(device)
         self.n_classes = n_classes
         self.device = device

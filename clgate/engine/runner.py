@@ -20,13 +20,12 @@ import math
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 import clgate
@@ -47,6 +46,7 @@ from clgate.engine.models import (
     make_growing_head,
 )
 from clgate.engine.resources import SampleCost, count_params, measure_costs
+from clgate.engine.samples import Samples, iterate_batches
 from clgate.engine.scenario import tasks_from_spec
 from clgate.engine.strategies import StrategyContext, create_strategy
 from clgate.schemas.evaluation_log import EvaluationLog, TaskResources
@@ -182,32 +182,27 @@ def _run_seeds(
 
 
 class _SharedData:
-    """The data for all seeds, kept on the host in its stored dtype (uint8 images stay uint8).
+    """The data for all seeds, kept on the host in its stored dtype (uint8 images stay uint8; an image
+    folder stays files, decoded per batch).
 
-    Only the task being trained goes to the device, converted to model input (float) then; the
-    evaluation samples go there once, in stored dtype, and each evaluation batch is converted.
+    Only batches go to the device, converted to model input (float) there; the evaluation samples go
+    there once, in stored dtype, and each evaluation batch is converted.
     """
 
     def __init__(self, data: Dataset, tasks: list[list[int]], device: torch.device) -> None:
         self.data = data
         self.tasks = tasks
         self.device = device
-        self.x_train = torch.from_numpy(data.x_train)
-        self.y_train = torch.from_numpy(data.y_train)
-        self.x_test = torch.from_numpy(data.x_test)
+        self.train = Samples(data.x_train, data.y_train)
+        self.task_samples = [self.train.where_label(classes) for classes in tasks]
+        self.x_test = data.x_test
         self.y_test = torch.from_numpy(data.y_test)
-        self.task_index = [
-            torch.from_numpy(np.flatnonzero(np.isin(data.y_train, classes))) for classes in tasks
-        ]
         self.digest = data.digest()
-
-    def task_train(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = self.task_index[k]
-        return model_input(self.x_train[idx]).to(self.device), self.y_train[idx].to(self.device)
 
     def example(self) -> torch.Tensor:
         """Two training samples as model input on the device (cost counting)."""
-        return model_input(self.x_train[:2]).to(self.device)
+        x, _ = self.train.take([0, 1] if len(self.train) > 1 else [0])
+        return model_input(x.to(self.device))
 
 
 class _SeedRun:
@@ -246,6 +241,7 @@ class _SeedRun:
         self.last_progress = 0.0
         use_bf16 = spec.training.precision == "bf16" and self.device.type == "cuda"
         self.precision = "bf16" if use_bf16 else "fp32"
+        self.workers: int | None = getattr(spec.data, "workers", None)  # image folders' decoding processes
         self.autocast: Callable[[], Any] = (
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else nullcontext
         )
@@ -422,7 +418,7 @@ class _SeedRun:
         self._make_evaluator()
         generator = torch.Generator().manual_seed(self.seed)
         learned_first = spec.scenario.first_task_learned
-        sizes = [len(ix) for ix in shared.task_index]
+        sizes = [len(t) for t in shared.task_samples]
         planned = [
             0 if (k == 0 and learned_first) else self._iterations_for(strategy.expected_train_size(k, sizes))
             for k in range(len(self.tasks))
@@ -444,20 +440,20 @@ class _SeedRun:
             ctx.seen[torch.tensor(classes, device=self.device)] = True
             if grow_head(model, classes):  # a growing head: this task's rows, and its larger cost
                 cost = measure_costs(model, example)
-            x_k, y_k = shared.task_train(k)
+            task = shared.task_samples[k]
             start_iteration = self.iteration
             train_before = strategy.extra_train_samples
             forward_before = strategy.extra_forward_samples
             trained_samples = 0
             if k == 0 and learned_first:
-                strategy.learned_task(k, x_k, y_k)
+                strategy.learned_task(k, task)
                 self._point(model, predict, iteration=0, task=1, task_end=True)
             else:
                 if k == 0 and spec.evaluation.before_first_update:
                     self._point(model, predict, iteration=0, task=1, task_end=False)
-                strategy.before_task(k, x_k, y_k)
-                x_t, y_t = strategy.task_data(k, x_k, y_k)
-                n = len(y_t)
+                strategy.before_task(k, task)
+                train = strategy.task_data(k, task)
+                n = len(train)
                 if n == 1 and self.batchnorm:
                     raise EngineInputError(
                         f"task {k + 1}: one training sample; a model with BatchNorm cannot train on "
@@ -468,21 +464,10 @@ class _SeedRun:
                 self.total_iterations += n_iter - planned[k]
                 planned[k] = n_iter
                 optimizer = _make_optimizer(model, tr)
-                perm = torch.empty(0, dtype=torch.long)
                 eval_every = spec.evaluation.eval_every
-                for it in range(n_iter):
-                    pos = it % steps_per_epoch
-                    if pos == 0:
-                        perm = torch.randperm(n, generator=generator).to(self.device)
-                    last = pos == steps_per_epoch - 1
-                    # the last step takes the epoch's remainder (one sample more than a batch when a lone
-                    # sample would be left for a BatchNorm model, see _steps_per_epoch)
-                    idx = (
-                        perm[pos * tr.batch_size :]
-                        if last
-                        else perm[pos * tr.batch_size : (pos + 1) * tr.batch_size]
-                    )
-                    xb, yb = x_t[idx], y_t[idx]
+                plan = batch_plan(n, tr.batch_size, steps_per_epoch, n_iter, generator)
+                batches = iterate_batches(train, plan, self.device, workers=self.workers)
+                for it, (xb, yb) in enumerate(batches):
                     with self.autocast():
                         loss = strategy.loss(xb, yb)
                     if not bool(torch.isfinite(loss)):
@@ -502,7 +487,7 @@ class _SeedRun:
                     if self._stop_requested():
                         raise _Stop
                 self._point(model, predict, iteration=self.iteration, task=k + 1, task_end=True)
-            strategy.after_task(k, x_k, y_k)
+            strategy.after_task(k, task)
             extra_train = strategy.extra_train_samples - train_before
             extra_forward = strategy.extra_forward_samples - forward_before
             self.meta["iterations_per_task"].append(self.iteration - start_iteration)
@@ -511,10 +496,10 @@ class _SeedRun:
                     task=k + 1,
                     model_params=count_params(model),
                     buffer_bytes=strategy.buffer_bytes(),
-                    train_bytes=int(x_k.nbytes + y_k.nbytes),
+                    train_bytes=task.input_nbytes,
                     ops_train=(trained_samples + extra_train) * cost.train_muladds
                     + extra_forward * cost.forward_muladds,
-                    ops_pass=len(y_k) * cost.train_muladds,
+                    ops_pass=len(task) * cost.train_muladds,
                 )
             )
             if k < len(self.tasks) - 1:
@@ -598,6 +583,26 @@ class _SeedRun:
             apply_weights(model, load_state_dict_file(path), str(path))
         check_output_width(model, shape, self.n_classes, str(path))
         return model
+
+
+def batch_plan(
+    n: int, batch_size: int, steps_per_epoch: int, n_iter: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """The positions of each of ``n_iter`` updates over ``n`` samples: a fresh permutation per epoch of
+    ``steps_per_epoch`` batches (drawn from ``generator`` when the epoch starts); the last batch of an
+    epoch takes its remainder (one sample more than a batch when a lone sample would be left for a
+    BatchNorm model, see ``_SeedRun._steps_per_epoch``).
+
+    >>> [p.tolist() for p in batch_plan(5, 2, 2, 3, torch.Generator().manual_seed(0))]
+    [[4, 0], [1, 3, 2], [3, 4]]
+    """
+    perm = torch.empty(0, dtype=torch.long)
+    for it in range(n_iter):
+        pos = it % steps_per_epoch
+        if pos == 0:
+            perm = torch.randperm(n, generator=generator)
+        last = pos == steps_per_epoch - 1
+        yield perm[pos * batch_size :] if last else perm[pos * batch_size : (pos + 1) * batch_size]
 
 
 def plan_checkpoints(spec: JobSpec, n_tasks: int) -> list[tuple[str, int, int, bool]]:

@@ -2,11 +2,14 @@
 
 A strategy sees the run through hooks called by the runner (:mod:`clgate.engine.runner`):
 
-``before_task(k, x, y)`` → ``task_data(k, x, y)`` (what the task's updates iterate over) →
-per update ``loss(x, y)`` then ``after_step(x, y, first_pass=…)`` → ``after_task(k, x, y)``.
+``before_task(k, data)`` → ``task_data(k, data)`` (what the task's updates iterate over) →
+per update ``loss(x, y)`` then ``after_step(x, y, first_pass=…)`` → ``after_task(k, data)``.
 
-``x, y`` are the task's own training tensors, resident on the device. The optimizer is rebuilt at the
-start of every task. Built-ins: ``finetune``, ``joint``, ``er``, ``gdumb``, ``lwf``, ``ewc``.
+``data`` is the task's training set as :class:`~clgate.engine.samples.Samples`: on the host in its
+stored dtype (an image folder is not even decoded), read per batch — :meth:`StrategyContext.read`
+gives chosen samples as model input on the device. ``x, y`` of ``loss``/``after_step`` are the
+update's batch, on the device. The optimizer is rebuilt at the start of every task.
+Built-ins: ``finetune``, ``joint``, ``er``, ``gdumb``, ``lwf``, ``ewc``.
 
 Third-party strategies: a subclass of :class:`Strategy` with a ``name`` and a pydantic ``Params``
 model, published in the ``clgate.strategies`` entry-point group of its distribution::
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -36,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from clgate.engine.errors import StrategyError
+from clgate.engine.samples import Samples, iterate_batches
 from clgate.schemas.errors import problems_of
 
 ENTRY_POINT_GROUP = "clgate.strategies"
@@ -73,6 +77,17 @@ class StrategyContext:
         """The model's (masked) logits; what training and evaluation both predict over."""
         return self.mask(self.model(x))
 
+    def read(self, data: Samples, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples of ``data`` at ``positions`` as model input and labels on the device."""
+        ((x, y),) = iterate_batches(data, [positions], self.device, workers=0)
+        return x, y
+
+    def stream(
+        self, data: Samples, order: torch.Tensor, chunk: int = 256
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The samples of ``data`` in ``order``, as model-input batches of ``chunk`` on the device."""
+        return iterate_batches(data, order.split(chunk), self.device)
+
 
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -93,16 +108,16 @@ class Strategy:
         self.extra_forward_samples = 0
 
     # ---------------------------------------------------------------- hooks
-    def before_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def before_task(self, k: int, data: Samples) -> None:
         """Called before task ``k`` (0-based) starts, with its training data."""
 
-    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def learned_task(self, k: int, data: Samples) -> None:
         """Task ``k`` is already learned by the candidate (``first_task_learned``): called instead of
         ``before_task``/updates, so that the strategy can take the task's data into its memory."""
 
-    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def task_data(self, k: int, data: Samples) -> Samples:
         """The data task ``k``'s updates iterate over (default: the task's own)."""
-        return x, y
+        return data
 
     def expected_train_size(self, k: int, sizes: list[int]) -> int:
         """How many samples :meth:`task_data` will return for task ``k`` (for progress/ETA)."""
@@ -114,7 +129,7 @@ class Strategy:
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
         """After each update; ``first_pass`` is true during the first epoch over the task's data."""
 
-    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def after_task(self, k: int, data: Samples) -> None:
         """After task ``k``'s last update (and its task-end evaluation)."""
 
     def buffer_bytes(self) -> int:
@@ -137,23 +152,21 @@ class Joint(Strategy):
 
     def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
         super().__init__(ctx, params)
-        self._x: list[torch.Tensor] = []
-        self._y: list[torch.Tensor] = []
+        self._data: Samples | None = None  # tasks 1 … k: indices into the training set, read per batch
 
-    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        self._x.append(x)
-        self._y.append(y)
-        return torch.cat(self._x), torch.cat(self._y)
+    def task_data(self, k: int, data: Samples) -> Samples:
+        self.learned_task(k, data)
+        assert self._data is not None
+        return self._data
 
-    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        self._x.append(x)
-        self._y.append(y)
+    def learned_task(self, k: int, data: Samples) -> None:
+        self._data = data if self._data is None else self._data + data
 
     def expected_train_size(self, k: int, sizes: list[int]) -> int:
         return sum(sizes[: k + 1])
 
     def buffer_bytes(self) -> int:
-        return sum(t.nbytes for t in self._x + self._y)
+        return 0 if self._data is None else self._data.input_nbytes
 
 
 class _Memory:
@@ -257,9 +270,10 @@ class ER(Strategy):
         if first_pass:
             self.observe(x, y)
 
-    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        order = torch.randperm(len(y), generator=self.ctx.generator).to(y.device)
-        self.observe(x[order], y[order])
+    def learned_task(self, k: int, data: Samples) -> None:
+        order = torch.randperm(len(data), generator=self.ctx.generator)
+        for x, y in self.ctx.stream(data, order):
+            self.observe(x, y)
 
     def observe(self, x: torch.Tensor, y: torch.Tensor) -> None:
         mem, rng = self.memory, self.ctx.rng
@@ -306,21 +320,22 @@ class GDumb(Strategy):
         self.initial_state = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
         self.n_seen = 0
 
-    def before_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        self._fill(x, y)
+    def before_task(self, k: int, data: Samples) -> None:
+        self._fill(data)
         self.ctx.model.load_state_dict(self.initial_state)
 
-    def learned_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
-        self._fill(x, y)
+    def learned_task(self, k: int, data: Samples) -> None:
+        self._fill(data)
 
-    def _fill(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    def _fill(self, data: Samples) -> None:
+        """Plan the greedy fill on the labels alone, then read only the samples that enter the memory."""
         mem, rng = self.memory, self.ctx.rng
-        order = torch.randperm(len(y), generator=self.ctx.generator)
-        xs, ys = x[order.to(x.device)], y[order.to(y.device)]
+        order = torch.randperm(len(data), generator=self.ctx.generator)
+        labels = data.labels
         writes: dict[int, int] = {}
-        classes_seen = set(mem.slots) | set(y.unique().tolist())
+        classes_seen = set(mem.slots) | set(labels.unique().tolist())
         quota = mem.size / max(1, len(classes_seen))
-        for i, c in enumerate(ys.tolist()):
+        for i, c in enumerate(labels[order].tolist()):
             if mem.filled < mem.size:
                 writes[mem.place(None, c)] = i
             elif len(mem.slots.get(c, ())) < quota:
@@ -328,11 +343,13 @@ class GDumb(Strategy):
                 victim_class = largest[rng.randrange(len(largest))]
                 slot = mem.slots[victim_class][rng.randrange(len(mem.slots[victim_class]))]
                 writes[mem.place(slot, c)] = i
-        mem.write(xs, ys, writes)
+        if writes:
+            xs, ys = self.ctx.read(data, order[list(writes.values())])
+            mem.write(xs, ys, {slot: j for j, slot in enumerate(writes)})
 
-    def task_data(self, k: int, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def task_data(self, k: int, data: Samples) -> Samples:
         mx, my = self.memory.tensors()
-        return mx.clone(), my.clone()
+        return Samples(mx.clone(), my.clone())
 
     def expected_train_size(self, k: int, sizes: list[int]) -> int:
         return min(self.params.mem_size, sum(sizes[: k + 1]))
@@ -379,7 +396,7 @@ class LwF(Strategy):
             loss = loss + self.params.alpha * t * t * kd
         return loss
 
-    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def after_task(self, k: int, data: Samples) -> None:
         self.teacher = copy.deepcopy(self.ctx.model).eval()
         for p in self.teacher.parameters():
             p.requires_grad_(False)
@@ -421,16 +438,17 @@ class EWC(Strategy):
             loss = loss + 0.5 * self.params.ewc_lambda * penalty
         return loss
 
-    def after_task(self, k: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    def after_task(self, k: int, data: Samples) -> None:
         model = self.ctx.model
         params = self._params()
-        n = min(self.params.fisher_samples, len(y))
-        pick = torch.randperm(len(y), generator=self.ctx.generator)[:n].to(y.device)
+        n = min(self.params.fisher_samples, len(data))
+        pick = torch.randperm(len(data), generator=self.ctx.generator)[:n]
+        x, y = self.ctx.read(data, pick)
         fisher = [torch.zeros_like(p) for p in params]
         was_training = model.training
         model.eval()
         try:
-            for i in pick.tolist():
+            for i in range(n):
                 model.zero_grad(set_to_none=True)
                 with self.ctx.autocast():
                     loss = F.cross_entropy(self.ctx.logits(x[i : i + 1]), y[i : i + 1])

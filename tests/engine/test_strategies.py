@@ -10,6 +10,7 @@ import torch
 
 from clgate.engine import run_job
 from clgate.engine.errors import StrategyError
+from clgate.engine.samples import Samples
 from clgate.engine.strategies import (
     BUILTIN_STRATEGIES,
     ER,
@@ -93,11 +94,16 @@ def test_gdumb_memory_is_balanced_and_model_reset():
         with torch.no_grad():
             ctx.model.weight.add_(1.0)  # "training" moves the weights
         y = torch.tensor(labels)
-        g.before_task(k, torch.randn(len(y), 3), y)
+        data = Samples(y[:, None].float() + torch.rand(len(y), 3) / 2, y)
+        g.before_task(k, data)
         assert all(torch.equal(initial[n], t) for n, t in ctx.model.state_dict().items())
-        _, y_t = g.task_data(k, torch.randn(len(y), 3), y)
-        assert len(y_t) == 12
+        memory = g.task_data(k, data)
+        assert len(memory) == 12
+    y_t = memory.labels
     assert sorted(Counter(y_t.tolist()).values()) == [3, 3, 3, 3]
+    # the rows read into the memory are the samples of their labels (inputs are label + [0, 0.5))
+    x_t, _ = memory.take(range(12))
+    assert torch.equal(x_t.floor(), y_t.float()[:, None].expand(12, 3))
 
 
 @pytest.mark.parametrize("name", ["gdumb", "lwf", "ewc", "joint"])
