@@ -131,5 +131,6 @@ def test_samples_join_take_and_batches():
         a + Samples(x.copy(), y)
     import torch
 
-    (xb, yb), *_ = iterate_batches(both, [torch.tensor([9])], torch.device("cpu"))
+    ((xb, yb),) = iterate_batches(both, [torch.tensor([9])], torch.device("cpu"))
     assert xb.dtype == torch.float32 and torch.allclose(xb, torch.tensor([[18 / 255, 19 / 255]]))
+    assert yb.tolist() == [1]
