@@ -11,6 +11,17 @@ cd "$(dirname "$0")"
 VENV=.venv
 PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 
+# torchvision and timm, for the tests of hub architectures (model.arch: torchvision:NAME / timm:NAME).
+# Not in clgate's extras: users install the torchvision build that matches their torch. PyPI has only
+# CUDA builds of torchvision for Linux, which do not import beside the pinned CPU torch (see
+# tests/fixtures/engine.py for how the tests use them anyway). So they go in without their dependencies
+# (pip never resolves torch again) and into a folder of their own, off the venv's import path: in
+# site-packages, a torchvision that does not import would break every package that probes for it
+# (torchmetrics, and so lightning). The torchvision_models test fixture puts the folder on sys.path.
+HUB_PACKAGES=(torchvision timm)
+HUB_TARGET=hub-test-packages        # under $VENV; the fixture looks for sys.prefix/hub-test-packages
+HUB_DEPENDENCIES=(huggingface_hub)  # timm's, torch-free; its pyyaml and safetensors come with clgate
+
 setup_venv() {
     if [ ! -x "$VENV/bin/python" ]; then
         echo "==> creating $VENV with $PY"
@@ -19,11 +30,18 @@ setup_venv() {
     # Reinstall only when the requirements changed.
     local stamp="$VENV/.clgate-installed"
     local want
-    want=$(cat pyproject.toml setup.py constraints/dev.txt | sha256sum | cut -d' ' -f1)
+    want=$({
+        cat pyproject.toml setup.py constraints/dev.txt
+        echo "${HUB_PACKAGES[*]} $HUB_TARGET ${HUB_DEPENDENCIES[*]}"
+    } | sha256sum | cut -d' ' -f1)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "==> installing clgate and its dependencies into $VENV (torch pinned to the CPU build)"
         "$VENV/bin/python" -m pip install --quiet --upgrade pip
         "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt -e ".[all,dev]"
+        rm -rf "${VENV:?}/$HUB_TARGET"
+        "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt --no-deps \
+            --target "$VENV/$HUB_TARGET" "${HUB_PACKAGES[@]}"
+        "$VENV/bin/python" -m pip install --quiet -c constraints/dev.txt "${HUB_DEPENDENCIES[@]}"
         echo "$want" > "$stamp"
     fi
 }

@@ -24,6 +24,7 @@ Files are identified by their bytes before anything is loaded (:func:`inspect_mo
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import math
@@ -205,18 +206,20 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
         )
     channels = 1 if len(input_shape) == 2 else input_shape[0]
     try:
-        if library == "torchvision":
-            import torchvision.models as tvm
-
-            model = tvm.get_model(name, weights=None, num_classes=n_classes)
-        else:
-            import timm
-
-            model = timm.create_model(name, pretrained=False, num_classes=n_classes, in_chans=channels)
+        hub = importlib.import_module("torchvision.models" if library == "torchvision" else "timm")
     except ImportError as exc:
         raise ModelError(
             f"model.arch: {arch} needs the {library} package (pip install {library}): {exc}"
         ) from None
+    except (RuntimeError, OSError) as exc:
+        # torchvision (which timm imports) built for another torch: its compiled ops fail to register
+        # (e.g. "operator torchvision::nms does not exist") or its libraries fail to load.
+        raise ModelError(_mismatched_build_message(arch, exc)) from None
+    try:
+        if library == "torchvision":
+            model = hub.get_model(name, weights=None, num_classes=n_classes)
+        else:
+            model = hub.create_model(name, pretrained=False, num_classes=n_classes, in_chans=channels)
     except (ValueError, KeyError, RuntimeError) as exc:
         raise ModelError(f"model.arch: {library} cannot build {name!r} ({exc})") from None
     if library == "torchvision" and channels != 3:
@@ -229,6 +232,21 @@ def _hub_model(arch: str, input_shape: tuple[int, ...], n_classes: int) -> nn.Mo
     elif len(input_shape) == 2:
         model.register_forward_pre_hook(_add_channel)
     return model
+
+
+def _mismatched_build_message(arch: str, exc: BaseException) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = f"torchvision {version('torchvision')}"
+    except PackageNotFoundError:
+        installed = "torchvision"
+    via = " (timm imports it)" if arch.startswith("timm:") else ""
+    return (
+        f"model.arch: {arch}: the installed {installed}{via} does not match torch {torch.__version__} "
+        f"and cannot be imported ({type(exc).__name__}: {exc}); install the torchvision build made for "
+        f"torch {torch.__version__}, from the same index (CPU or CUDA variant) as torch"
+    )
 
 
 def _add_channel(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
