@@ -27,6 +27,8 @@ try:
     from avalanche.core import SupervisedPlugin as _Base
 except ImportError:  # avalanche-lib not installed
     _Base = object
+except (RuntimeError, OSError):  # installed, but its torchvision or torch does not load with this torch
+    _Base = object
 
 
 class RecorderPlugin(_Base):  # type: ignore[misc,valid-type]
