@@ -378,8 +378,21 @@ def _valid_logs(paths: list[Path]) -> list[Path]:
     return valid
 
 
+#: Held by the worker heartbeat while it writes, and taken before this process forks (Celery's prefork
+#: pool forks a replacement child whenever one dies). SQLite keeps its lock bookkeeping per process: a
+#: child forked while the heartbeat's transaction holds the write lock inherits that bookkeeping without
+#: the lock, and every connection it opens then reports "database is locked" for as long as it lives.
+_FORK_GUARD = threading.Lock()
+os.register_at_fork(
+    before=_FORK_GUARD.acquire,
+    after_in_parent=_FORK_GUARD.release,
+    after_in_child=_FORK_GUARD.release,
+)
+
+
 class Heartbeat:
-    """A daemon thread that records ``hostname`` as alive for ``queues`` every few seconds."""
+    """A daemon thread that records ``hostname`` as alive for ``queues`` every few seconds (never while
+    the process forks, see ``_FORK_GUARD``)."""
 
     def __init__(self, store: Store, hostname: str, queues: str) -> None:
         self.store, self.hostname, self.queues = store, hostname, queues
@@ -393,7 +406,8 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                records.beat(self.store, self.hostname, self.queues)
+                with _FORK_GUARD:
+                    records.beat(self.store, self.hostname, self.queues)
             except Exception:
                 log.warning("heartbeat failed", exc_info=True)
             self._stop.wait(self.store.settings.worker_heartbeat_s)
