@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from clgate.engine.errors import DataError
-from clgate.engine.samples import ImageFiles
+from clgate.engine.samples import DECODE_ERRORS, ImageFiles
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
@@ -504,12 +504,12 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
 
 def _check_image_header(path: Path) -> None:
     """Refuse a file that is not an image Pillow can open (its header only is read)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     try:
         with Image.open(path) as img:
             img.size  # noqa: B018 - the header is parsed on open; size is what it declares
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+    except DECODE_ERRORS as exc:
         raise DataError(f"{path}: cannot decode image ({exc})") from None
 
 

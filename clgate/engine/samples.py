@@ -26,8 +26,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from clgate.engine.errors import DataError
+
+#: what Pillow raises for a file it cannot open or decode (UnidentifiedImageError is an OSError)
+DECODE_ERRORS = (OSError, ValueError, Image.DecompressionBombError)
 
 #: decoded images per worker task when a whole selection of images is read (evaluation samples, digests)
 READ_CHUNK = 256
@@ -60,14 +64,12 @@ class ImageFiles:
         return math.prod(self.shape)
 
     def decode(self, i: int) -> np.ndarray:
-        from PIL import Image, UnidentifiedImageError
-
         path = self.paths[i]
         try:
             with Image.open(path) as img:
                 img = img.convert(self.color).resize((self.size[1], self.size[0]), Image.BILINEAR)
                 a = np.asarray(img, dtype=np.uint8)
-        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        except DECODE_ERRORS as exc:
             raise DataError(f"{path}: cannot decode image ({exc})") from None
         return a[None] if a.ndim == 2 else np.ascontiguousarray(a.transpose(2, 0, 1))
 
@@ -127,14 +129,12 @@ class Samples:
     @property
     def labels(self) -> torch.Tensor:
         """The samples' labels, on the host (int64)."""
-        y = (
-            self.y[torch.from_numpy(self.index).to(self.y.device)]
-            if isinstance(self.y, torch.Tensor)
-            else None
-        )
-        if y is not None:
-            return y.cpu().long()
-        return torch.from_numpy(np.asarray(self.y)[self.index].astype(np.int64))
+        return self._labels_at(self.index).cpu()
+
+    def _labels_at(self, rows: np.ndarray) -> torch.Tensor:
+        if isinstance(self.y, torch.Tensor):
+            return self.y[torch.from_numpy(rows).to(self.y.device)].long()
+        return torch.from_numpy(np.asarray(self.y)[rows].astype(np.int64))
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -166,12 +166,8 @@ class Samples:
         tensor source, on the host otherwise."""
         rows = self.index[np.asarray(positions, dtype=np.int64).reshape(-1)]
         if isinstance(self.x, torch.Tensor):
-            at = torch.from_numpy(rows).to(self.x.device)
-            y = self.y[at] if isinstance(self.y, torch.Tensor) else torch.from_numpy(np.asarray(self.y)[rows])
-            return self.x[at], y.long()
-        x = self.x[rows]
-        y = torch.from_numpy(np.asarray(self.y)[rows].astype(np.int64))
-        return torch.from_numpy(np.ascontiguousarray(x)), y
+            return self.x[torch.from_numpy(rows).to(self.x.device)], self._labels_at(rows)
+        return torch.from_numpy(np.ascontiguousarray(self.x[rows])), self._labels_at(rows)
 
 
 def default_workers() -> int:
