@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.service import Proc, Service, _wait, free_port
+from tests.fixtures.service import Proc, Service, _wait, free_port, redis_argv
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -139,19 +139,7 @@ def test_redis_restarted_without_persistence_queued_jobs_are_sent_again(
     binary = require_binary("redis-server")
     port = free_port()
     (tmp_path / "redis").mkdir()
-    argv = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(tmp_path / "redis"),
-    ]
+    argv = redis_argv(binary, port, tmp_path / "redis")
     import redis
 
     client = redis.Redis(host="127.0.0.1", port=port)
