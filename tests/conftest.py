@@ -8,24 +8,21 @@ it fails, so a missing install step cannot hide behind a green run.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.ci import missing
+
 REPO = Path(__file__).resolve().parents[1]
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 def _require_binary(name: str, package: str | None = None) -> str:
     path = shutil.which(name)
     if path:
         return path
-    hint = f"{name} not found (Debian package {package or name}; ./dev.sh test installs it as root)"
-    if IN_CI:
-        pytest.fail(hint)
-    pytest.skip(hint)
+    missing(f"{name} not found (Debian package {package or name}; ./dev.sh test installs it as root)")
 
 
 @pytest.fixture
