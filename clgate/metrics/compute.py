@@ -111,43 +111,8 @@ def compute_metrics(
     K, F = a.n_tasks, a.finished_tasks
     ctx = steps.MetricContext(a, weights=w, epsilon=float(epsilon), confidence=confidence, baseline=b)
     for metric_id in metric_ids(checked_windows):
-        info = metric_info(metric_id)
-        unmet = next(
-            (need for need in steps.NEED_REASONS if need in info.own_needs and not ctx.has(need)), None
-        )
-        if unmet is not None:
-            outcome = steps.Outcome(None, reason=steps.NEED_REASONS[unmet])
-        elif info.min_tasks > F:
-            outcome = steps.Outcome(None, reason=steps.too_few_tasks(F, info.min_tasks))
-        else:
-            assert info.compute is not None, metric_id  # only cl_stability has none, and it needs runs
-            outcome = info.compute(ctx)
-        if info.shape == "per_task":
-            value: MetricValue = [None] * K if outcome.value is None else _per_task(outcome.value, F)
-        else:
-            value = None if outcome.value is None else _num(outcome.value)
-        ctx.metrics[metric_id] = value
-        if _is_null(value):
-            ctx.reasons[metric_id] = outcome.reason or (
-                "undefined for this log" if info.shape == "scalar" else _per_task_reason(F)
-            )
-        if outcome.evidence is not None:
-            ctx.evidence[metric_id] = outcome.evidence
-
-    notes: dict[str, str] = {}
-    if F and not a.continual:
-        for metric_id in ctx.metrics:
-            if "continual" in metric_info(metric_id).needs:
-                notes[metric_id] = CONTINUAL_NOTE
-    if F < K:
-        notes["partial"] = (
-            f"partial log: {F} of {K} tasks finished; per-task values after task {F} are null and "
-            "so are the scalars (a scalar describes the whole run)"
-        )
-        for metric_id, value in ctx.metrics.items():
-            if value is not None and not isinstance(value, list):
-                ctx.metrics[metric_id] = None
-                ctx.reasons[metric_id] = f"partial log: {F} of {K} tasks finished (a scalar needs every task)"
+        _compute_one(ctx, metric_id)
+    notes = _notes(ctx)
     lcb_final = ctx.lcb[F - 1] if ctx.lcb is not None and F else None
     return MetricsResult(
         metrics=ctx.metrics,
@@ -166,6 +131,54 @@ def compute_metrics(
         class_deltas=ctx.class_deltas,
         meta=a.meta,
     )
+
+
+def _compute_one(ctx: steps.MetricContext, metric_id: str) -> None:
+    """One id into ``ctx``: its value (null when a need or the fewest finished tasks is not met), the
+    reason of a null and its evidence."""
+    K, F = ctx.a.n_tasks, ctx.a.finished_tasks
+    info = metric_info(metric_id)
+    unmet = next((need for need in steps.NEED_REASONS if need in info.own_needs and not ctx.has(need)), None)
+    if unmet is not None:
+        outcome = steps.Outcome(None, reason=steps.NEED_REASONS[unmet])
+    elif info.min_tasks > F:
+        outcome = steps.Outcome(None, reason=steps.too_few_tasks(F, info.min_tasks))
+    else:
+        assert info.compute is not None, metric_id  # only cl_stability has none, and it needs runs
+        outcome = info.compute(ctx)
+    if info.shape == "per_task":
+        value: MetricValue = [None] * K if outcome.value is None else _per_task(outcome.value, F)
+    else:
+        value = None if outcome.value is None else _num(outcome.value)
+    ctx.metrics[metric_id] = value
+    if _is_null(value):
+        ctx.reasons[metric_id] = outcome.reason or (
+            "undefined for this log" if info.shape == "scalar" else _per_task_reason(F)
+        )
+    if outcome.evidence is not None:
+        ctx.evidence[metric_id] = outcome.evidence
+
+
+def _notes(ctx: steps.MetricContext) -> dict[str, str]:
+    """Notes on the whole result (evaluated at task ends only, partial log); a partial log's scalars
+    become null (a scalar describes the whole run)."""
+    a = ctx.a
+    K, F = a.n_tasks, a.finished_tasks
+    notes: dict[str, str] = {}
+    if F and not a.continual:
+        for metric_id in ctx.metrics:
+            if "continual" in metric_info(metric_id).needs:
+                notes[metric_id] = CONTINUAL_NOTE
+    if F < K:
+        notes["partial"] = (
+            f"partial log: {F} of {K} tasks finished; per-task values after task {F} are null and "
+            "so are the scalars (a scalar describes the whole run)"
+        )
+        for metric_id, value in ctx.metrics.items():
+            if value is not None and not isinstance(value, list):
+                ctx.metrics[metric_id] = None
+                ctx.reasons[metric_id] = f"partial log: {F} of {K} tasks finished (a scalar needs every task)"
+    return notes
 
 
 def _num(x: Any) -> float | None:

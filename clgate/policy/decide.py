@@ -214,11 +214,40 @@ def evaluate(
     provenance: dict | None = None,
 ) -> GateResult:
     """:func:`decide`, keeping the metrics results for the reports."""
-    from clgate.metrics import compute_metrics, compute_runs
-
     if not runs:
         raise ValueError("runs: at least one evaluation log is needed")
-    opts: dict[str, Any] = {"task_accuracy": policy.task_accuracy, "windows": policy.windows()}
+    common = _common_fields(runs, policy, baseline, provenance)
+    errors, baseline_problem = selection_problems(runs, baseline)
+    incomplete, diverged = completeness(runs, baseline)
+    common["complete"] = not incomplete
+    common["incomplete"] = incomplete
+    common["diverged"] = diverged
+    metrics, base_metrics, baseline_problem = _compute(runs, policy, baseline, errors, baseline_problem)
+    if metrics is None:
+        return GateResult(_invalid_logs_decision(policy, errors, common), None, None)
+
+    sheet, sheet_problems = worksheet_for(policy, metrics.runs)
+    errors.extend(sheet_problems)
+    results = evaluate_rules(
+        policy, metrics.runs, baseline=base_metrics, worksheet=sheet, baseline_problem=baseline_problem
+    )
+    verdict = verdict_of(results, errors, diverged, incomplete)
+    decision = Decision(
+        verdict=verdict,
+        summary=_summary(verdict, results, errors, incomplete, diverged),
+        rules=results,
+        errors=errors,
+        headline=headline(metrics),
+        fmeca=sheet,
+        **common,
+    )
+    return GateResult(decision, metrics, base_metrics)
+
+
+def _common_fields(
+    runs: Sequence[EvaluationLog], policy: Policy, baseline: EvaluationLog | None, provenance: dict | None
+) -> dict[str, Any]:
+    """The decision's fields that do not depend on the judging: policy, hashes, runs, provenance."""
     hashes = Hashes(
         logs=[log_hash(log) for log in runs],
         policy=policy_hash(policy),
@@ -226,7 +255,7 @@ def evaluate(
     )
     seeds = [log.meta.get("seed") for log in runs]
     strategies = {str(log.meta.get("strategy")) for log in runs if log.meta.get("strategy") is not None}
-    common: dict[str, Any] = {
+    return {
         "policy_name": policy.name,
         "policy_version": policy.version,
         "hashes": hashes,
@@ -237,11 +266,20 @@ def evaluate(
         "provenance": dict(provenance or {}),
     }
 
-    errors, baseline_problem = selection_problems(runs, baseline)
-    incomplete, diverged = completeness(runs, baseline)
-    common["complete"] = not incomplete
-    common["incomplete"] = incomplete
-    common["diverged"] = diverged
+
+def _compute(
+    runs: Sequence[EvaluationLog],
+    policy: Policy,
+    baseline: EvaluationLog | None,
+    errors: list[str],
+    baseline_problem: str | None,
+) -> tuple[RunsResult | None, MetricsResult | None, str | None]:
+    """(metrics of the runs, metrics of the baseline, the baseline problem). Invalid logs add to
+    ``errors`` (no metrics); an invalid baseline becomes the baseline problem (the runs are still
+    computed, without it)."""
+    from clgate.metrics import compute_metrics, compute_runs
+
+    opts: dict[str, Any] = {"task_accuracy": policy.task_accuracy, "windows": policy.windows()}
     metrics: RunsResult | None = None
     base_metrics: MetricsResult | None = None
     try:
@@ -260,45 +298,30 @@ def evaluate(
             base_metrics = compute_metrics(baseline, **opts)
         except ValueError as exc:
             baseline_problem = baseline_problem or f"baseline: {exc}"
+    return metrics, base_metrics, baseline_problem
 
-    if metrics is None:
-        results = [
-            RuleResult(
-                index=i,
-                id=_label(policy, i),
-                kind=rule.kind,
-                severity=rule.severity,
-                status="error",
-                message="not evaluated: the logs are invalid",
-            )
-            for i, rule in enumerate(policy.rules)
-        ]
-        verdict = verdict_of(results, errors)
-        decision = Decision(
-            verdict=verdict,
-            summary=_summary(verdict, results, errors),
-            rules=results,
-            errors=errors,
-            **common,
+
+def _invalid_logs_decision(policy: Policy, errors: list[str], common: dict[str, Any]) -> Decision:
+    """ERROR: the logs could not be read into metrics; every rule is "not evaluated"."""
+    results = [
+        RuleResult(
+            index=i,
+            id=_label(policy, i),
+            kind=rule.kind,
+            severity=rule.severity,
+            status="error",
+            message="not evaluated: the logs are invalid",
         )
-        return GateResult(decision, None, None)
-
-    sheet, sheet_problems = worksheet_for(policy, metrics.runs)
-    errors.extend(sheet_problems)
-    results = evaluate_rules(
-        policy, metrics.runs, baseline=base_metrics, worksheet=sheet, baseline_problem=baseline_problem
-    )
-    verdict = verdict_of(results, errors, diverged, incomplete)
-    decision = Decision(
+        for i, rule in enumerate(policy.rules)
+    ]
+    verdict = verdict_of(results, errors)
+    return Decision(
         verdict=verdict,
-        summary=_summary(verdict, results, errors, incomplete, diverged),
+        summary=_summary(verdict, results, errors),
         rules=results,
         errors=errors,
-        headline=headline(metrics),
-        fmeca=sheet,
         **common,
     )
-    return GateResult(decision, metrics, base_metrics)
 
 
 def _label(policy: Policy, i: int) -> str:
