@@ -170,30 +170,14 @@ def judge_metric(rule: MetricRule, runs: Sequence[MetricsResult], inputs: Inputs
     side, (m, k, v, run) = min(results.items(), key=lambda s: (s[1][0], s[1][1]))
     thr = rule.floor if side == "floor" else rule.ceiling
     cmp = ">=" if side == "floor" else "<="
-    evidence: dict[str, Any] = {}
-    if cells.per_task:
-        evidence["task"] = k + 1
-    if run is not None:
-        evidence["seed"] = seed_of(runs[run], run)
-        evidence["run"] = run
-        detail = _task_evidence(runs[run], source, k if cells.per_task else None)
-    else:
-        evidence["over_runs"] = "mean"
-        detail = _task_evidence(runs[0], source, k if cells.per_task else None) if len(runs) == 1 else None
-    if detail is not None:
-        evidence["detail"] = detail
+    evidence = _position(runs, cells, source, k, run)
     if len(sides) == 2:  # two-sided: each side judged on its own worst run, both named
         for s, (sm, sk, sv, srun) in results.items():
             evidence[s] = {
                 "value": sv,
                 "margin": sm,
                 "threshold": getattr(rule, s),
-                **({"task": sk + 1} if cells.per_task else {}),
-                **(
-                    {"seed": seed_of(runs[srun], srun), "run": srun}
-                    if srun is not None
-                    else {"over_runs": "mean"}
-                ),
+                **_named(runs, cells, sk, srun),
             }
     if at == "all":
         evidence["failing_tasks"] = sorted(failing_tasks)
@@ -207,6 +191,29 @@ def judge_metric(rule: MetricRule, runs: Sequence[MetricsResult], inputs: Inputs
         message += f"; input incomplete ({describe_missing(missing)})"
     assert thr is not None
     return Judged(v, thr, cmp, m, evidence, message)
+
+
+def _named(runs: Sequence[MetricsResult], cells: _Cells, k: int, run: int | None) -> dict[str, Any]:
+    """Where a value is: its task (per-task metrics) and its run (or ``over_runs: mean``)."""
+    return {
+        **({"task": k + 1} if cells.per_task else {}),
+        **({"seed": seed_of(runs[run], run), "run": run} if run is not None else {"over_runs": "mean"}),
+    }
+
+
+def _position(
+    runs: Sequence[MetricsResult], cells: _Cells, source: str, k: int, run: int | None
+) -> dict[str, Any]:
+    """The evidence of the judged value: task, run, and the metric's own evidence there (``detail``)."""
+    evidence = _named(runs, cells, k, run)
+    pos = k if cells.per_task else None
+    if run is not None:
+        detail = _task_evidence(runs[run], source, pos)
+    else:
+        detail = _task_evidence(runs[0], source, pos) if len(runs) == 1 else None
+    if detail is not None:
+        evidence["detail"] = detail
+    return evidence
 
 
 def _failing_tasks(rule: MetricRule, cells: _Cells, side: str) -> list[int]:
