@@ -142,9 +142,9 @@ def announcement(status: SandboxStatus) -> str | None:
         )
     if status.mode == "none":
         return (
-            f"SUBMITTED MODELS RUN UNCONFINED: {status.detail}. CLGATE_ALLOW_UNCONFINED=true is a laptop-only "
-            "escape hatch: a model can read and write every file this process can, including the database, "
-            "the artifact store and key files. Never use it in a shared deployment"
+            f"SUBMITTED MODELS RUN UNCONFINED: {status.detail}. CLGATE_ALLOW_UNCONFINED=true is a "
+            "laptop-only escape hatch: a model can read and write every file this process can, including "
+            "the database, the artifact store and key files. Never use it in a shared deployment"
         )
     return None
 
