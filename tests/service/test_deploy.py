@@ -664,3 +664,27 @@ def test_each_syscall_the_profile_adds_is_needed(tmp_path, monkeypatch, seccomp_
     result, log = _run_probe(tmp_path, monkeypatch, drop=(syscall,))
     assert result.returncode != 0 and result.report is None
     assert "bwrap" in log, log
+
+
+@pytest.mark.slow
+def test_the_worker_job_path_runs_under_the_shipped_profile(seccomp_bwrap):
+    """The sandbox's own tests of a real job (store, staging, bwrap child, TorchScript model, the
+    leak probe), run in a process under the profile, as a worker container runs them."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [
+            *(sys.executable, str(SECCOMP_EXEC), str(PROFILE), "--"),
+            *(sys.executable, "-m", "pytest", "tests/workers/test_sandbox.py", "-q", "-n", "0"),
+            *("-p", "no:cacheprovider", "-k", "confines_a_model or sees_no_network"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
