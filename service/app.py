@@ -149,12 +149,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sandbox = request.app.state.sandbox
         if sandbox is None:
             checks["sandbox"] = "in the workers (each logs its own at start)"
+            if settings.allow_unconfined:  # the laptop-only escape hatch, set where it has no business
+                checks["sandbox"] += "; CLGATE_ALLOW_UNCONFINED=true is set here (laptop-only escape hatch)"
         elif sandbox.mode is None:
             checks["sandbox"] = f"unavailable: {sandbox.detail}; retrain and evaluate jobs are refused"
             # an operator who asked for bwrap explicitly gets an unready service rather than refused jobs
             ok = ok and settings.sandbox != "bwrap"
         else:
-            checks["sandbox"] = "bwrap" if sandbox.confined else f"UNCONFINED: {sandbox.detail}"
+            checks["sandbox"] = (
+                "bwrap" if sandbox.confined else f"UNCONFINED: {sandbox.detail} (laptop-only escape hatch)"
+            )
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 

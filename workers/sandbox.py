@@ -132,23 +132,31 @@ def sandbox_status(settings: Settings) -> SandboxStatus:
     return SandboxStatus(None, f"no sandbox ({problem}) and CLGATE_ALLOW_UNCONFINED is false")
 
 
+def announcement(status: SandboxStatus) -> str | None:
+    """What ``clgate serve``, ``clgate worker``, the log and ``/readyz`` say when submitted models would
+    run unconfined (``CLGATE_ALLOW_UNCONFINED=true``) or not at all; ``None`` under bwrap."""
+    if status.mode is None:
+        return (
+            f"SANDBOX UNAVAILABLE: {status.detail}; jobs that run submitted models will fail. Install "
+            "bubblewrap (and allow user namespaces), or on a laptop only set CLGATE_ALLOW_UNCONFINED=true"
+        )
+    if status.mode == "none":
+        return (
+            f"SUBMITTED MODELS RUN UNCONFINED: {status.detail}. CLGATE_ALLOW_UNCONFINED=true is a "
+            "laptop-only escape hatch: a model can read and write every file this process can, including "
+            "the database, the artifact store and key files. Never use it in a shared deployment"
+        )
+    return None
+
+
 def warn_if_unconfined(settings: Settings) -> SandboxStatus:
     """Log loudly at start when submitted models would run unconfined or not at all."""
     status = sandbox_status(settings)
-    if status.mode is None:
-        log.warning(
-            "SANDBOX UNAVAILABLE: %s; jobs that run submitted models will fail. Install bubblewrap, or "
-            "set CLGATE_ALLOW_UNCONFINED=true to accept the risk",
-            status.detail,
-        )
-    elif status.mode == "none":
-        log.warning(
-            "SUBMITTED MODELS RUN UNCONFINED: %s. A model can read and write every file this process "
-            "can, including the database and the artifact store",
-            status.detail,
-        )
-    else:
+    message = announcement(status)
+    if message is None:
         log.info("job sandbox: %s", status.detail)
+    else:
+        log.warning("%s", message)
     return status
 
 

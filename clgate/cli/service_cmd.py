@@ -50,6 +50,20 @@ def _sessions(settings, *, migrate: bool = True):
     return store.sessions
 
 
+def _announce_sandbox(settings, *, required: bool = False) -> None:
+    """Say on stderr when submitted models would run unconfined or not at all; with ``required``
+    (CLGATE_SANDBOX=bwrap) refuse to start without a working bwrap."""
+    from clgate.workers.sandbox import announcement, sandbox_status
+
+    status = sandbox_status(settings)
+    if required and status.mode is None:
+        typer.echo(f"error: CLGATE_SANDBOX=bwrap: {status.detail}; refusing to start", err=True)
+        raise typer.Exit(2)
+    message = announcement(status)
+    if message:
+        typer.echo(f"warning: {message}", err=True)
+
+
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
@@ -94,6 +108,8 @@ def serve(
             f.write(key + "\n")
         key_file.chmod(0o600)
         typer.echo(f"created the first admin key: it is in {key_file} (mode 600), and nowhere else", err=True)
+    if settings.embedded:  # jobs run in this process: say now how their models are confined
+        _announce_sandbox(settings)
     mode = "embedded executor" if settings.embedded else f"Celery via {settings.broker_url.split('@')[-1]}"
     docs = "docs /docs" if settings.public_docs else "OpenAPI /openapi.json with a key"
     typer.echo(
@@ -138,6 +154,7 @@ def worker(
             err=True,
         )
         raise typer.Exit(2)
+    _announce_sandbox(settings, required=settings.sandbox == "bwrap")
     from clgate.workers.app import app as celery_app
 
     argv = [

@@ -21,6 +21,10 @@ OWN_IMAGES = {"clgate", "clgate-gpu", "clgate:latest", "clgate:gpu"}
 SETTINGS = {f"CLGATE_{name.upper()}" for name in Settings.model_fields}
 
 
+def config_text() -> str:
+    return (DEPLOY / "k8s" / "config.yaml").read_text()
+
+
 def compose() -> dict:
     return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
 
@@ -194,11 +198,12 @@ def test_k8s_manifests_reference_existing_things():
                 _image_ok(c["image"])
                 if c.get("command", [""])[0] == "clgate":
                     check_clgate_command(c["command"])
-                for ref in c.get("envFrom", []):
-                    if "configMapRef" in ref:
-                        assert ref["configMapRef"]["name"] in by_kind["ConfigMap"]
-                    if "secretRef" in ref:  # created from the environment, documented in config.yaml
-                        assert ref["secretRef"]["name"] in (DEPLOY / "k8s" / "config.yaml").read_text()
+                for name, (kind, ref, key) in _env_refs(c).items():
+                    assert name in SETTINGS, (d["metadata"]["name"], name)
+                    if kind == "configMapKeyRef":
+                        assert key in by_kind["ConfigMap"][ref]["data"], (ref, key)
+                    else:  # created from the environment: the command that makes it is in config.yaml
+                        assert f"create secret generic {ref} --from-literal={key}=" in config_text(), ref
             for volume in d["spec"]["template"]["spec"].get("volumes", []):
                 claim = volume.get("persistentVolumeClaim", {}).get("claimName")
                 if claim:
@@ -263,10 +268,17 @@ def test_k8s_deployment_series_exported_once_and_scrapeable_with_a_key():
 
 
 # ---------------------------------------------------------------------- database roles
-def _env_of(container: dict) -> dict[str, str]:
-    return {
-        e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in container.get("env", []) if "valueFrom" in e
-    }
+def _env_refs(container: dict) -> dict[str, tuple[str, str, str]]:
+    """``{variable: (configMapKeyRef | secretKeyRef, object name, key)}`` of a container's ``env``."""
+    refs = {}
+    for e in container.get("env", []):
+        for kind, ref in e.get("valueFrom", {}).items():
+            refs[e["name"]] = (kind, ref["name"], ref["key"])
+    return refs
+
+
+def _secrets_of(container: dict) -> dict[str, tuple[str, str]]:
+    return {n: (name, key) for n, (kind, name, key) in _env_refs(container).items() if kind == "secretKeyRef"}
 
 
 def test_migrations_run_as_the_owner_role_and_the_service_as_the_app_role():
@@ -285,11 +297,12 @@ def test_migrations_run_as_the_owner_role_and_the_service_as_the_app_role():
     steps = _containers(job)
     assert [c["command"][1:3] for c in steps] == [["db", "upgrade"], ["db", "grant"]]
     for c in steps:
-        assert _env_of(c) == {"CLGATE_DATABASE_URL": "CLGATE_OWNER_DATABASE_URL"}
+        assert _secrets_of(c) == {"CLGATE_DATABASE_URL": ("clgate-db-owner", "url")}
     for d in manifests():
         if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"].startswith("clgate"):
             for c in _containers(d):
-                assert "CLGATE_OWNER_DATABASE_URL" not in json.dumps(c), d["metadata"]["name"]
+                app_url = _secrets_of(c)["CLGATE_DATABASE_URL"]
+                assert app_url == ("clgate-db-app", "url"), d["metadata"]["name"]
 
 
 @pytest.mark.integration
@@ -353,3 +366,325 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
         with engine.connect() as conn, pytest.raises(Exception, match=r"permission denied|must be owner"):
             conn.execute(text(statement))
     engine.dispose()
+
+
+# ---------------------------------------------------------------------- schemas, offline
+K8S_MINIMUM = "1.33.0"  # hostUsers (user namespaces) on by default; appArmorProfile; procMount
+
+
+def _kubernetes_validate(doc: dict, version: str) -> None:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("version", [K8S_MINIMUM, "latest"])
+def test_k8s_manifests_validate_against_the_kubernetes_schemas(version):
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version() if version == "latest" else version
+    checked = set()
+    for doc in manifests():
+        if doc["apiVersion"].split("/")[0] in ("keda.sh", "monitoring.coreos.com"):
+            continue  # custom resources: their schemas come with the operators, not with Kubernetes
+        _kubernetes_validate(doc, version)
+        checked.add(doc["kind"])
+    assert {"Deployment", "Job", "StatefulSet", "ConfigMap", "Service", "NetworkPolicy"} <= checked
+
+
+def test_the_k8s_validator_catches_a_misspelt_field():
+    import kubernetes_validate
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()}
+    worker = docs[("Deployment", "clgate-worker-cpu")]
+    worker["spec"]["template"]["spec"]["containers"][0]["securityContext"]["procMout"] = "Unmasked"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _kubernetes_validate(worker, K8S_MINIMUM)
+
+
+def _compose_errors(doc: dict) -> list[str]:
+    """Where ``doc`` breaks the compose specification (check-jsonschema's vendored copy, offline)."""
+    from importlib import resources
+
+    import jsonschema
+
+    vendor = resources.files("check_jsonschema.builtin_schemas.vendor")
+    schema = json.loads(vendor.joinpath("compose-spec.json").read_text())
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def test_compose_file_validates_against_the_compose_spec():
+    assert _compose_errors(compose()) == []
+    broken = compose()
+    broken["services"]["worker-cpu"]["security_opts"] = broken["services"]["worker-cpu"].pop("security_opt")
+    assert any("security_opts" in e for e in _compose_errors(broken))
+
+
+def test_docker_compose_config_accepts_the_file(tmp_path):
+    """The real parser too, where the compose plugin is installed (it is not everywhere: the schema
+    test above runs in any case)."""
+    import shutil
+    import subprocess
+
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "compose", "version"], capture_output=True).returncode:
+        pytest.skip("no docker compose plugin here; the compose-spec schema test covers the file")
+    env_file = tmp_path / ".env"
+    env_file.write_text((DEPLOY / "env.example").read_text())
+    compose_file = str(DEPLOY / "docker-compose.yml")
+    r = subprocess.run(
+        [docker, "compose", "--env-file", str(env_file), "-f", compose_file, "config", "-q"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------------- confinement, statically
+def _deploy_texts() -> dict[str, str]:
+    texts = {}
+    for path in sorted(DEPLOY.rglob("*")):
+        if path.is_file():
+            try:
+                texts[str(path.relative_to(DEPLOY))] = path.read_text()
+            except UnicodeDecodeError:
+                continue
+    return texts
+
+
+def test_nothing_under_deploy_turns_confinement_off():
+    texts = _deploy_texts()
+    assert "docker-compose.yml" in texts and "k8s/worker-cpu.yaml" in texts and "Dockerfile" in texts
+    for name, text in texts.items():
+        assert "ALLOW_UNCONFINED" not in text, name  # the laptop-only escape hatch, nowhere in deploy/
+        assert not re.search(r"seccomp[=:]\s*unconfined", text, re.IGNORECASE), name
+        assert not re.search(r"privileged:\s*true", text), name
+        assert not re.search(r"allowPrivilegeEscalation:\s*true", text), name
+        assert not re.search(r"CLGATE_SANDBOX\W+(auto|none)\b", text), name
+        assert "cap_add" not in text and "add: [" not in text, name
+    for doc in manifests():
+        if doc["kind"] in ("Deployment", "StatefulSet", "Job"):
+            pod = doc["spec"]["template"]["spec"]
+            assert pod.get("securityContext", {}).get("seccompProfile", {}).get("type") != "Unconfined"
+
+
+def _runs_worker(command: list[str] | None) -> bool:
+    return bool(command) and command[:2] == ["clgate", "worker"]
+
+
+def test_every_worker_runs_jobs_in_bwrap_under_the_shipped_seccomp_profile():
+    profile = DEPLOY / "seccomp" / "clgate-worker.json"
+    services = compose()["services"]
+    workers = {n: s for n, s in services.items() if _runs_worker(s.get("command"))}
+    assert set(workers) == {"worker-gpu", "worker-cpu"}
+    for name, svc in workers.items():
+        assert svc["environment"]["CLGATE_SANDBOX"] == "bwrap", name
+        assert svc["cap_drop"] == ["ALL"] and svc["read_only"] is True, name
+        opts = svc["security_opt"]
+        assert "no-new-privileges:true" in opts and "systempaths=unconfined" in opts, name
+        seccomp = [o.split("=", 1)[1] for o in opts if o.startswith("seccomp=")]
+        assert seccomp and (DEPLOY / seccomp[0]).resolve() == profile.resolve(), name
+    for name, svc in services.items():  # the API and the exporter never run a model: Celery mode
+        if svc.get("command", [""])[:2] in (["clgate", "serve"], ["clgate", "exporter"]):
+            assert svc["environment"]["CLGATE_BROKER_URL"].startswith("redis://"), name
+    k8s_workers = [d for d in manifests() if any(_runs_worker(c.get("command")) for c in _containers(d))]
+    assert {d["metadata"]["name"] for d in k8s_workers} == {"clgate-worker-gpu", "clgate-worker-cpu"}
+    for d in k8s_workers:
+        pod = d["spec"]["template"]["spec"]
+        seccomp = pod["securityContext"]["seccompProfile"]
+        assert seccomp["type"] == "Localhost" and Path(seccomp["localhostProfile"]).name == profile.name
+        assert pod["automountServiceAccountToken"] is False and pod["hostUsers"] is False
+        for c in _containers(d):
+            context = c["securityContext"]
+            assert context["procMount"] == "Unmasked" and context["capabilities"] == {"drop": ["ALL"]}
+            assert context["allowPrivilegeEscalation"] is False
+            assert {"name": "CLGATE_SANDBOX", "value": "bwrap"} in c["env"]
+    for d in manifests():
+        if d["kind"] == "Deployment" and d["metadata"]["name"] in ("clgate-api", "clgate-exporter"):
+            assert _secrets_of(_containers(d)[0])["CLGATE_BROKER_URL"] == ("clgate-broker", "url")
+
+
+def test_every_workload_lists_its_environment_and_gets_only_its_credentials():
+    services = compose()["services"]
+    owner = {n for n, s in services.items() if "clgate_owner" in json.dumps(s.get("environment", {}))}
+    assert owner == {"migrate", "grant"}
+    owner_password = {n for n, s in services.items() if "CLGATE_OWNER_PASSWORD" in json.dumps(s)}
+    assert owner_password == {"migrate", "grant", "postgres"}  # postgres makes the role with it
+    assert {n for n, s in services.items() if "CLGATE_BOOTSTRAP_ADMIN_KEY" in json.dumps(s)} == {"api"}
+    for name, svc in services.items():
+        assert "env_file" not in svc, name
+        if svc.get("command", [""])[0] == "clgate":
+            assert isinstance(svc["environment"], dict), name
+    where: dict[str, set[str]] = {}
+    for d in manifests():
+        for c in _containers(d):
+            assert "envFrom" not in c, (d["metadata"]["name"], c["name"])  # every variable named in env
+            for ref, _key in _secrets_of(c).values():
+                where.setdefault(ref, set()).add(d["metadata"]["name"])
+    assert where == {
+        "clgate-db-owner": {"clgate-migrate"},
+        "clgate-db-app": {"clgate-api", "clgate-exporter", "clgate-worker-gpu", "clgate-worker-cpu"},
+        "clgate-broker": {"clgate-api", "clgate-exporter", "clgate-worker-gpu", "clgate-worker-cpu"},
+        "clgate-bootstrap-admin": {"clgate-api"},
+    }
+    texts = _deploy_texts()
+    for name, text in texts.items():
+        if "clgate-db-owner" in text:
+            assert name in ("k8s/migrate-job.yaml", "k8s/config.yaml"), name
+
+
+# ---------------------------------------------------------------------- the seccomp profile
+PROFILE = DEPLOY / "seccomp" / "clgate-worker.json"
+SECCOMP_EXEC = Path(__file__).with_name("seccomp_exec.py")
+# what bwrap needs beyond Docker's default profile in a container without capabilities (each one is
+# shown to be needed below); docs/service.md, "Confinement in deployment", says why
+FOR_BWRAP = {"clone", "unshare", "mount", "umount2", "pivot_root"}
+# what stays refused: kernel attack surface, other processes' memory, keys, modules, mount API v2, setns
+NEVER = {
+    *("bpf", "perf_event_open", "ptrace", "process_vm_readv", "process_vm_writev", "userfaultfd"),
+    *("keyctl", "add_key", "request_key", "init_module", "finit_module", "kexec_load", "reboot", "swapon"),
+    *("open_by_handle_at", "setns", "chroot", "fsopen", "fsmount", "move_mount", "open_tree", "syslog"),
+}
+
+
+def _profile() -> dict:
+    return json.loads(PROFILE.read_text())
+
+
+def test_seccomp_profile_is_docker_format_and_adds_only_what_bwrap_needs():
+    profile = _profile()
+    assert profile["defaultAction"] == "SCMP_ACT_ERRNO" and profile["defaultErrnoRet"] == 1
+    assert {a["architecture"] for a in profile["archMap"]} == {"SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"}
+    allowed: set[str] = set()
+    for rule in profile["syscalls"]:
+        assert set(rule) <= {"names", "action", "errnoRet", "args", "includes", "excludes", "comment"}, rule
+        assert rule["action"] in ("SCMP_ACT_ALLOW", "SCMP_ACT_ERRNO") and rule["names"]
+        assert not (rule.get("includes") or {}).get("caps"), "the worker holds no capability"
+        if rule["action"] == "SCMP_ACT_ALLOW":
+            allowed |= set(rule["names"])
+        if set(rule["names"]) & FOR_BWRAP:
+            assert rule["comment"].startswith("clgate/bwrap: ") and "args" not in rule, rule
+    assert allowed >= FOR_BWRAP
+    assert not allowed & NEVER, allowed & NEVER
+    clone3 = next(r for r in profile["syscalls"] if r["names"] == ["clone3"])
+    assert clone3["action"] == "SCMP_ACT_ERRNO" and clone3["errnoRet"] == 38  # ENOSYS: falls back to clone
+
+
+@pytest.fixture
+def seccomp_bwrap(require_binary):
+    """bwrap and libseccomp (PyPI pyseccomp): skipped on a workstation without them, failed in CI."""
+    require_binary("bwrap", "bubblewrap")
+    try:
+        import pyseccomp  # noqa: F401
+    except (ImportError, OSError) as exc:  # the module loads libseccomp.so.2 when imported
+        import os
+
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"libseccomp is needed in CI: {exc}")
+        pytest.skip(f"libseccomp not available: {exc}")
+
+
+PROBE = r"""
+import ctypes, json, os, sys
+out, data = sys.argv[2], sys.argv[-1]
+libc = ctypes.CDLL(None, use_errno=True)
+found = {
+    "uid": os.getuid(),
+    "env": sorted(os.environ),
+    "data": os.path.exists(data),
+    "pid": os.getpid(),
+    "proc": os.path.exists("/proc/self/status"),
+    "nested_userns": libc.unshare(0x10000000) == 0,
+}
+open(os.path.join(out, "result.json"), "w").write(json.dumps(found))
+"""
+
+
+def _under_profile(monkeypatch, drop: tuple[str, ...] = ()) -> None:
+    """Every child the sandbox starts from here on runs bwrap under the shipped profile."""
+    import sys
+
+    from clgate.workers import sandbox
+
+    real = sandbox.child_argv
+    prefix = [sys.executable, str(SECCOMP_EXEC), str(PROFILE)]
+    for name in drop:
+        prefix += ["--drop", name]
+
+    def wrapped(*args, **kwargs):
+        argv, env = real(*args, **kwargs)
+        return [*prefix, "--", *argv], env
+
+    monkeypatch.setattr(sandbox, "child_argv", wrapped)
+
+
+def _run_probe(tmp_path, monkeypatch, drop: tuple[str, ...] = ()):
+    import time
+
+    from clgate.workers import sandbox
+
+    settings = Settings(data_dir=tmp_path / "data", sandbox="bwrap")
+    settings.data_dir.mkdir()
+    (settings.data_dir / "admin.key").write_text("clg_not_for_the_job\n")
+    monkeypatch.setenv("CLGATE_DATABASE_URL", "postgresql+psycopg://clgate_app:pw@db/clgate")
+    monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", PROBE])
+    _under_profile(monkeypatch, drop)
+    staged = sandbox.Staged(tmp_path / "attempt")
+    (staged.inputs / "spec.json").write_text("{}")
+    real = sandbox.child_argv  # the probe's last argument: the data folder it must not see
+    data = str(settings.data_dir)
+    monkeypatch.setattr(sandbox, "child_argv", lambda *a, **k: ([*real(*a, **k)[0], data], {}))
+    result = sandbox.run_child(
+        staged,
+        settings,
+        "bwrap",
+        seeds=[0],
+        gpu=False,
+        on_progress=lambda d: None,
+        cancel_requested=lambda: False,
+        deadline=time.monotonic() + 60,
+    )
+    return result, sandbox.child_log_tail(staged)
+
+
+def test_the_sandbox_child_starts_in_bwrap_under_the_shipped_profile(tmp_path, monkeypatch, seccomp_bwrap):
+    result, log = _run_probe(tmp_path, monkeypatch)
+    assert result.returncode == 0 and result.report is not None, log
+    found = result.report
+    assert found["uid"] == 65534 and found["proc"] and found["pid"] < 10  # own PID namespace, own /proc
+    assert not any(k.startswith("CLGATE") for k in found["env"]), found["env"]
+    assert found["data"] is False  # no database, artifact store nor key file
+    assert found["nested_userns"] is False  # --disable-userns: no namespace of its own to escape into
+
+
+@pytest.mark.parametrize("syscall", sorted(FOR_BWRAP))
+def test_each_syscall_the_profile_adds_is_needed(tmp_path, monkeypatch, seccomp_bwrap, syscall):
+    result, log = _run_probe(tmp_path, monkeypatch, drop=(syscall,))
+    assert result.returncode != 0 and result.report is None
+    assert "bwrap" in log, log
+
+
+@pytest.mark.slow
+def test_the_worker_job_path_runs_under_the_shipped_profile(seccomp_bwrap):
+    """The sandbox's own tests of a real job (store, staging, bwrap child, TorchScript model, the
+    leak probe), run in a process under the profile, as a worker container runs them."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [
+            *(sys.executable, str(SECCOMP_EXEC), str(PROFILE), "--"),
+            *(sys.executable, "-m", "pytest", "tests/workers/test_sandbox.py", "-q", "-n", "0"),
+            *("-p", "no:cacheprovider", "-k", "confines_a_model or sees_no_network"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout, r.stdout[-2000:]
