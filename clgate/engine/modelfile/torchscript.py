@@ -153,7 +153,7 @@ class _CodeChecker:
         dotted = ".".join(chain) if chain else f"….{node.attr}"
         if chain and chain[0] == "torch":
             if len(chain) == 2 and f"aten::{chain[1]}" in denied_ops():
-                raise self.fail(node, f"{dotted} accesses files, processes or libraries")
+                raise self.fail(node, f"{dotted} (aten::{chain[1]}) accesses files, processes or libraries")
             if len(chain) != 2 or (chain[1] not in ATEN_OPS and chain[1] not in TORCHSCRIPT_BUILTINS):
                 raise self.fail(node, f"{dotted} is not an allowed operator")
         elif chain and chain[0] == "ops":
@@ -183,7 +183,7 @@ def code_refusal(source: str) -> str | None:
     >>> code_refusal("def f(x: Tensor) -> Tensor:\\n  return torch.relu(x)\\n") is None
     True
     >>> code_refusal("def f(x: Tensor) -> Tensor:\\n  t = torch . from_file('/etc/passwd')\\n  return x\\n")
-    'line 2: torch.from_file accesses files, processes or libraries'
+    'line 2: torch.from_file (aten::from_file) accesses files, processes or libraries'
     """
     try:
         tree = ast.parse(source)
