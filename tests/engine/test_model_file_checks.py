@@ -1,0 +1,256 @@
+"""The three judges of :mod:`clgate.engine.modelfile`, one by one: the pickle opcode interpreter, the
+symbolic-expression parser (with a bounded hypothesis fuzz: random expressions never evaluate anything)
+and the TorchScript code checker."""
+
+from __future__ import annotations
+
+import ast
+import io
+import pickle
+import sys
+import zipfile
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clgate.engine.modelfile import STATE_DICT_POLICY, TORCHSCRIPT_POLICY, code_refusal, pickle_refusal
+from clgate.engine.modelfile.symexpr import ARITHMETIC_CALLS, sym_expr_refusal
+from tests.fixtures.model_attacks import memo_trick_pickle, open_pickle
+
+
+# ---------------------------------------------------------------------- pickles
+def _data_pkl(obj) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith("data.pkl")))
+
+
+def test_torch_save_of_tensors_parameters_and_state_dicts_passes():
+    from clgate.engine.models import build_model
+
+    model = build_model("resnet18-slim", (3, 8, 8), 4)
+    for obj in (model.state_dict(), {"w": torch.nn.Parameter(torch.ones(2))}, (torch.zeros(3), {})):
+        assert pickle_refusal(_data_pkl(obj), STATE_DICT_POLICY) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        pytest.param(open_pickle("/x"), "names the global builtins.open", id="global"),
+        pytest.param(memo_trick_pickle("/x"), "names the global builtins.open", id="memo-trick"),
+        pytest.param(pickle.dumps(print, protocol=4), "names the global builtins.print", id="stack-global"),
+        pytest.param(b"\x80\x02(S'id'\nios\nsystem\n.", "INST builds", id="inst"),
+        pytest.param(b"\x80\x02(ctorch\nFloatStorage\no.", "OBJ builds", id="obj"),
+        pytest.param(b"\x80\x02\x82\x01.", "EXT1", id="ext1"),
+        pytest.param(
+            b"\x80\x02ctorch\nFloatStorage\n)R.", "REDUCE calls torch.FloatStorage", id="reduce-value"
+        ),
+        pytest.param(b"\x80\x04N\x94h\x00h\x00\x93.", "computed", id="stack-global-not-strings"),
+        pytest.param(b"\x80\x02h\x05.", "never written", id="unknown-memo"),
+        pytest.param(
+            b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n}b.", "BUILD sets the state of", id="build-on-global"
+        ),
+        pytest.param(b"\x80\x02N", "STOP", id="truncated"),
+        pytest.param(b"not a pickle", "not a readable pickle", id="garbage"),
+    ],
+)
+def test_pickles_that_would_run_anything_are_refused(payload, reason):
+    refusal = pickle_refusal(payload, STATE_DICT_POLICY)
+    assert refusal is not None and reason in refusal, refusal
+
+
+def test_script_classes_are_allowed_only_in_torchscript_pickles():
+    payload = b"\x80\x02c__torch__.M\nM\n)\x81}b."  # NEWOBJ + BUILD, what torch.jit.save writes
+    assert pickle_refusal(payload, TORCHSCRIPT_POLICY) is None
+    assert "__torch__.M" in pickle_refusal(payload, STATE_DICT_POLICY)
+    custom = b"\x80\x02c__torch__.torch.classes.ns.C\nC\n)\x81."  # a C++ custom class: not the archive's code
+    assert "not allowed" in pickle_refusal(custom, TORCHSCRIPT_POLICY)
+
+
+# ---------------------------------------------------------------------- symbolic expressions
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Symbol('s77', positive=True, integer=True)",
+        "Add(Mul(Integer(2), Symbol('s0', integer=True)), Integer(-1))",
+        "FloorDiv(Symbol('s0', integer=True), Integer(2))",
+        "Max(Integer(1), Symbol('u0', integer=True))",
+        "Pow(Symbol('s1', integer=True), Integer(2))",
+        "s0 + 2*s1 - s2 // 3 % 4",
+        "-s0",
+        "7",
+    ],
+)
+def test_integer_arithmetic_of_symbols_passes(text):
+    assert sym_expr_refusal(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "__import__('os').system('id')",
+        "open('/tmp/x', 'w') and Symbol('s0')",
+        "Symbol('s0').__class__",
+        "Function('f', s0)",
+        "lambda: 0",
+        "[s for s in s0]",
+        "s0[0]",
+        "Symbol('__import__')",
+        "Symbol('s0', evaluate=True)",
+        "Symbol('s0', integer=1)",
+        "eval('1')",
+        "exec",
+        "Integer(s0)",
+        "Pow(Integer(10), Integer(100000))",
+        "10 ** 100000",
+        "1.5",
+        "True",
+        "'s0'",
+        "s0 if s1 else s2",
+        "s0 < s1",
+        "s0 / s1",
+        "s0; s1",
+        "s\N{LATIN SMALL LIGATURE FI}0",
+        "(" * 300 + "s0" + ")" * 300,
+        12,
+        None,
+    ],
+)
+def test_anything_else_is_refused(text):
+    assert sym_expr_refusal(text) is not None
+
+
+_DANGEROUS_NAMES = ["__import__", "eval", "exec", "open", "getattr", "Function", "lambdify", "os", "S"]
+_ALLOWED_CALLS = ["Symbol", *ARITHMETIC_CALLS]
+
+
+def _expressions() -> st.SearchStrategy[ast.expr]:
+    leaves = st.one_of(
+        st.integers(-(2**70), 2**70).map(lambda v: ast.Constant(v)),
+        st.sampled_from(["s0", "s1", "u3", "x", "_", *_DANGEROUS_NAMES]).map(lambda n: ast.Name(n)),
+        st.sampled_from(["s0", "os", "1.5", "", "/tmp/x"]).map(lambda v: ast.Constant(v)),
+        st.sampled_from([True, None, 1.5, b"x"]).map(lambda v: ast.Constant(v)),
+    )
+
+    def extend(children: st.SearchStrategy[ast.expr]) -> st.SearchStrategy[ast.expr]:
+        ops = [ast.Add(), ast.Sub(), ast.Mult(), ast.FloorDiv(), ast.Mod(), ast.Pow(), ast.Div(), ast.BitOr()]
+        call = st.builds(
+            lambda f, args, kw: ast.Call(ast.Name(f), args, kw),
+            st.sampled_from(_ALLOWED_CALLS + _DANGEROUS_NAMES),
+            st.lists(children, max_size=3),
+            st.lists(
+                st.builds(ast.keyword, st.sampled_from(["integer", "positive", "evaluate"]), children),
+                max_size=2,
+            ),
+        )
+        return st.one_of(
+            st.builds(ast.BinOp, children, st.sampled_from(ops), children),
+            st.builds(ast.UnaryOp, st.sampled_from([ast.USub(), ast.Not(), ast.Invert()]), children),
+            call,
+            st.builds(ast.Attribute, children, st.sampled_from(["__class__", "system", "real"])),
+            st.builds(ast.Subscript, children, children),
+            st.builds(lambda body: ast.Lambda(ast.arguments([], [], None, [], [], None, []), body), children),
+            st.builds(lambda a, b: ast.BoolOp(ast.And(), [a, b]), children, children),
+            st.builds(lambda a, b: ast.Compare(a, [ast.Lt()], [b]), children, children),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=12)
+
+
+@pytest.fixture(scope="module")
+def events():
+    """Audit events (exec, import, open, process) raised while the parser runs: it must raise none."""
+    seen: list[str] = []
+    state = {"on": False}
+
+    def hook(event: str, args) -> None:
+        if state["on"] and event in (
+            "exec",
+            "import",
+            "open",
+            "os.system",
+            "subprocess.Popen",
+            "builtins.input",
+        ):
+            seen.append(event)
+
+    sys.addaudithook(hook)  # cannot be removed; inert unless "on"
+    return seen, state
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=_expressions())
+def test_random_expressions_never_evaluate_anything(tree, events, monkeypatch):
+    import sympy
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("sympy was asked to parse a candidate's expression")
+
+    monkeypatch.setattr(sympy, "sympify", forbidden)
+    text = ast.unparse(ast.fix_missing_locations(ast.Expression(tree)))
+    seen, state = events
+    state["on"] = True
+    try:
+        refusal = sym_expr_refusal(text)
+    finally:
+        state["on"] = False
+    assert seen == [], (text, seen)
+    if refusal is None:  # what passes is arithmetic: no attribute, subscript, lambda, boolean or string use
+        for node in ast.walk(ast.parse(text, mode="eval")):
+            assert not isinstance(node, ast.Attribute | ast.Subscript | ast.Lambda | ast.BoolOp | ast.Compare)
+            if isinstance(node, ast.Call):
+                assert node.func.id in _ALLOWED_CALLS  # type: ignore[attr-defined]
+            if isinstance(node, ast.Name):
+                assert node.id not in _DANGEROUS_NAMES
+
+
+# ---------------------------------------------------------------------- TorchScript code
+_HEADER = "class M(Module):\n  training : bool\n  def forward(self: __torch__.M, x: Tensor) -> Tensor:\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param("    t = torch . from_file('/etc/passwd')", "aten::from_file", id="spaced-from-file"),
+        pytest.param("    t = ops . aten . save(x, '/tmp/x')", "ops.aten.save", id="ops-aten-save"),
+        pytest.param("    t = ops.prim.Print(x)", "ops.prim.Print", id="prim-print"),
+        pytest.param("    print(x)", "name print", id="print"),
+        pytest.param("    f = getattr(torch, 'from_' + 'file')", "getattr needs", id="getattr-torch"),
+        pytest.param("    f = getattr(self, 'from_' + 'file')", "literal, ordinary", id="getattr-computed"),
+        pytest.param("    f = getattr(self, '__class__')", "literal, ordinary", id="getattr-dunder"),
+        pytest.param("    f = x.__class__", "attribute __class__", id="dunder-attribute"),
+        pytest.param("    f = __import__('os')", "name __import__", id="import-call"),
+        pytest.param("    import os", "imports something", id="import"),
+        pytest.param("    f = lambda: 0", "Lambda", id="lambda"),
+        pytest.param("    f = torch.jit.load('/x')", "torch.jit", id="nested-torch"),
+        pytest.param("    f = x.save('/x')", "attribute save", id="method-save"),
+        pytest.param("    f = eval('1')", "name eval", id="eval"),
+        pytest.param("    torch = x", "assigns to torch", id="rebind-root"),
+        pytest.param(
+            "    f = __torch__.torch.classes.ns.Evil()", "not code of this archive", id="custom-class"
+        ),
+        pytest.param("    f = unknown_global", "name unknown_global", id="free-name"),
+        pytest.param("    with x:\n      pass", "With", id="with"),
+    ],
+)
+def test_code_that_reaches_outside_the_tensor_maths_is_refused(body, reason):
+    refusal = code_refusal(_HEADER + body + "\n    return x\n")
+    assert refusal is not None and reason in refusal, refusal
+
+
+def test_hooks_and_setstate_are_checked_like_any_method():
+    source = (
+        'class M(Module):\n  __forward_pre_hooks__ = ["hook", ]\n  training : bool\n'
+        "  def hook(self: __torch__.M, inputs: Tuple[Tensor]) -> Tuple[Tensor]:\n"
+        '    t = torch.from_file("/x", True, 4)\n    return inputs\n'
+    )
+    assert "line 5: torch.from_file" in code_refusal(source)
+    assert "line 5" in code_refusal(source.replace("def hook", "def __setstate__"))
+    assert code_refusal(source.replace('torch.from_file("/x", True, 4)', "torch.relu(inputs[0])")) is None
+
+
+def test_a_class_with_another_base_is_refused():
+    assert "bases" in code_refusal("class M(os.PathLike):\n  pass\n")
