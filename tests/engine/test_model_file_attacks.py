@@ -162,3 +162,27 @@ def test_common_layers_scripted_pass_the_code_check(tmp_path):
     torch.jit.save(torch.jit.script(model), str(tmp_path / "layers.pt"))
     with torch.no_grad():
         torch.testing.assert_close(load_torchscript(tmp_path / "layers.pt")(x), model(x))
+
+
+class _WithConstants(torch.nn.Module):
+    """A tensor constant, a non-persistent buffer and arithmetic on the symbolic batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(N_FEATURES, 4)
+        self.bn = torch.nn.BatchNorm1d(4)
+        self.c = torch.randn(4)
+        self.register_buffer("extra", torch.ones(4), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn(self.lin(x)) + self.c + self.extra
+        return torch.cat([y, y.new_zeros(x.shape[0] * 2 // 2, 2)], 1).softmax(1)
+
+
+def test_an_export_with_constants_and_size_arithmetic_loads(tmp_path):
+    torch.manual_seed(0)
+    model = _WithConstants().eval()
+    path = export_program(model, tmp_path / "constants.pt2")
+    x = torch.randn(5, N_FEATURES)
+    with torch.no_grad():
+        torch.testing.assert_close(load_exported(path)(x), model(x))

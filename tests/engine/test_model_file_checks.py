@@ -106,6 +106,8 @@ def test_integer_arithmetic_of_symbols_passes(text):
         "Integer(s0)",
         "Pow(Integer(10), Integer(100000))",
         "10 ** 100000",
+        "Pow(Pow(Pow(Integer(9223372036854775807), 64), 64), 64)",
+        "((s0 ** 64) ** 64) ** 64",
         "1.5",
         "True",
         "'s0'",

@@ -8,6 +8,9 @@ runs nothing) and accepts only plain integer arithmetic of symbols, in the two s
   ``Add(...)``, ``Mul(...)``, ``Pow(base, exponent)`` and the integer functions below;
 - infix form: ``s0 + 2*s1``, ``s0 // 2``, ``-s1``, ``s0 % 4``, ``s0**2``.
 
+Sizes are bounded so that sympy's own arithmetic stays small: at most 4096 characters and 2000 parts,
+integer literals up to 2**63, literal exponents 0..64, at most two powers.
+
 The call forms are sympy classes (and ``torch.utils._sympy.functions`` classes, which torch passes to
 sympify as names) that compute an integer from integers and nothing else: sums, products, powers,
 minimum/maximum, floor/ceil division and the modulo forms. Everything else — attributes, subscripts,
@@ -46,6 +49,7 @@ _MAX_LEN = 4096
 _MAX_NODES = 2000
 _MAX_INT = 2**63
 _MAX_EXPONENT = 64
+_MAX_POWERS = 2
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow)
 
 
@@ -87,9 +91,23 @@ def check_sym_expr(text: object) -> None:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise SymExprRefused(f"is not an expression ({type(exc).__name__})") from None
-    if sum(1 for _ in ast.walk(tree)) > _MAX_NODES:
+    nodes = list(ast.walk(tree))
+    if len(nodes) > _MAX_NODES:
         raise SymExprRefused(f"has more than {_MAX_NODES} parts")
+    powers = sum(1 for n in nodes if _is_power(n))
+    if powers > _MAX_POWERS:  # nested powers grow the integers sympy would compute without bound
+        raise SymExprRefused(f"has more than {_MAX_POWERS} powers")
     _check(tree.body, depth=0)
+
+
+def _is_power(node: ast.AST) -> bool:
+    if isinstance(node, ast.BinOp):
+        return isinstance(node.op, ast.Pow)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("Pow", "PowByNatural")
+    )
 
 
 def _check(node: ast.expr, depth: int) -> None:

@@ -160,7 +160,7 @@ class _CodeChecker:
             if not (
                 (len(chain) == 2 and chain[1] in ("prim", "aten"))
                 or (len(chain) == 3 and chain[1] == "prim" and chain[2] in PRIM_OPS)
-                or (len(chain) == 3 and chain[1] == "aten" and chain[2] in ATEN_OPS)
+                or (len(chain) == 3 and chain[1] == "aten" and chain[2] in ATEN_OPS | TORCHSCRIPT_BUILTINS)
             ):
                 raise self.fail(node, f"{dotted} is not an allowed operator")
         elif chain and chain[0] == "__torch__":
