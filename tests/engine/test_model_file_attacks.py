@@ -186,3 +186,22 @@ def test_an_export_with_constants_and_size_arithmetic_loads(tmp_path):
     x = torch.randn(5, N_FEATURES)
     with torch.no_grad():
         torch.testing.assert_close(load_exported(path)(x), model(x))
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        pytest.param(lambda: torch.nn.LSTM(8, 8), id="lstm"),
+        pytest.param(lambda: torch.nn.GRU(8, 8), id="gru"),
+        pytest.param(lambda: torch.nn.MultiheadAttention(8, 2), id="attention"),
+        pytest.param(lambda: torch.nn.TransformerEncoderLayer(8, 2, 16), id="transformer"),
+        pytest.param(lambda: torch.nn.Embedding(10, 4), id="embedding"),
+        pytest.param(lambda: torch.nn.Bilinear(4, 4, 2), id="bilinear"),
+    ],
+)
+def test_scripted_library_layers_pass_the_check_and_load(tmp_path, module):
+    from clgate.engine.modelfile import check_model_file
+
+    torch.jit.save(torch.jit.script(module().eval()), str(tmp_path / "layer.pt"))
+    assert check_model_file(str(tmp_path / "layer.pt")) == "torchscript"
+    assert isinstance(load_torchscript(tmp_path / "layer.pt"), torch.jit.ScriptModule)

@@ -47,6 +47,8 @@ ATEN_OPS = _names(
     _upsample_bilinear2d_aa _upsample_lanczos2d_aa _upsample_nearest_exact1d _upsample_nearest_exact2d
     _upsample_nearest_exact3d var view view_as where zeros zeros_like _assert_scalar
     _assert_tensor_metadata _to_copy _log_softmax _softmax _native_batch_norm_legit_no_training
+    lstm gru rnn_tanh rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell bilinear mish_ im2col col2im
+    is_grad_enabled _native_multi_head_attention _transformer_encoder_layer_fwd
     """
 )
 
@@ -67,7 +69,7 @@ PRIM_OPS = _names(
     RaiseException NumToTensor device dtype is_cuda is_cpu layout min max shape data unchecked_cast
     unchecked_unwrap_optional isinstance requires_grad grad is_quantized is_meta is_sparse is_mkldnn
     is_vulkan is_xpu is_mps itemsize element_size abs AutogradZero TupleIndex ListConstruct
-    TupleConstruct DictConstruct
+    TupleConstruct DictConstruct type is_nested
     """
 )
 

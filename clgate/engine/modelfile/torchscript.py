@@ -39,7 +39,7 @@ BUILTIN_NAMES = frozenset(
     NamedTuple RRef Storage Stream Generator Layout ScalarType MemoryFormat QScheme Capsule number
     int float bool str complex len range isinstance getattr hasattr annotate unchecked_cast
     uninitialized min max abs round divmod enumerate zip list dict tuple sum all any sorted ord chr hex
-    oct bin hash reversed CONSTANTS fork wait
+    oct bin hash reversed CONSTANTS fork wait inf nan
     """
     )
 )
