@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import pickle
 import sys
 import zipfile
@@ -256,3 +257,33 @@ def test_hooks_and_setstate_are_checked_like_any_method():
 
 def test_a_class_with_another_base_is_refused():
     assert "bases" in code_refusal("class M(os.PathLike):\n  pass\n")
+
+
+# ---------------------------------------------------------------------- .pt2 archives
+def test_a_member_any_configuration_calls_pickled_is_judged_as_a_pickle(tmp_path):
+    from clgate.engine.errors import ModelError
+    from clgate.engine.modelfile import check_export_archive
+    from clgate.engine.models import build_model
+    from tests.fixtures.model_attacks import export_program
+
+    honest = export_program(build_model("mlp", (8,), 6, hidden=16), tmp_path / "honest.pt2")
+    check_export_archive(honest)
+    second = json.dumps({"config": {"x": {"path_name": "weight_0", "use_pickle": True}}})
+    with zipfile.ZipFile(honest) as zin, zipfile.ZipFile(tmp_path / "two.pt2", "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info))
+        zout.writestr("honest/data/weights/other_weights_config.json", second)
+    with pytest.raises(ModelError, match=r"honest/data/weights/weight_0: .*nor a torch.save file"):
+        check_export_archive(tmp_path / "two.pt2")
+
+
+def test_a_name_twice_in_the_archive_is_refused(tmp_path):
+    from clgate.engine.errors import ModelError
+    from clgate.engine.modelfile import check_export_archive
+
+    path = tmp_path / "twice.pt2"
+    with zipfile.ZipFile(path, "w") as zf, pytest.warns(UserWarning, match="Duplicate name"):
+        zf.writestr("m/archive_format", "pt2")
+        zf.writestr("m/archive_format", "pt2")
+    with pytest.raises(ModelError, match="m/archive_format: appears twice"):
+        check_export_archive(path)

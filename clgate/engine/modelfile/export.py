@@ -59,8 +59,11 @@ def check_export_archive(path: Path) -> None:
 
 
 def _raw_members(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], path: Path) -> set[str]:
-    """Members the weight and constant configurations declare as raw tensor bytes (never unpickled)."""
+    """Members the weight and constant configurations declare as raw tensor bytes (never unpickled).
+
+    A member that any configuration declares pickled is not raw, whatever another one says."""
     raw: set[str] = set()
+    pickled: set[str] = set()
     for info in infos:
         rel = info.filename.split("/", 1)[-1]
         folder = rel.rsplit("/", 1)[0]
@@ -77,9 +80,8 @@ def _raw_members(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], path: Path) 
                 raise refuse(path, info.filename, f"entry {fqn!r} has no valid path_name")
             if name.startswith(_CUSTOM_OBJECT_PREFIX):
                 raise refuse(path, f"{folder}/{name}", f"constant {fqn!r} is a pickled custom object")
-            if meta.get("use_pickle") is False:
-                raw.add(f"{folder}/{name}")
-    return raw
+            (raw if meta.get("use_pickle") is False else pickled).add(f"{folder}/{name}")
+    return raw - pickled
 
 
 def _check_pickled(path: Path, info: zipfile.ZipInfo, zf: zipfile.ZipFile) -> None:

@@ -1,11 +1,12 @@
 """The operators a candidate model may use: one explicit allowlist for TorchScript code and ``.pt2`` graphs.
 
 Derived from what honest models serialise — the built-in ``mlp``, ``cnn`` and ``resnet18-slim``,
-scripted and traced, a ``torch.export`` of each, and scripted stacks of the common layers (BatchNorm,
-LayerNorm, GroupNorm, Dropout, pooling, upsampling, activations, softmax) — plus the tensor maths such
-models are written with. Every name here computes on tensors and numbers only; nothing reads or writes
-a file, starts a process, loads a library or prints. A name missing from the list is refused by name,
-so a legitimate model that needs one more operator gets an error that says which.
+scripted and traced, a ``torch.export`` of each, and torch's own layers scripted (BatchNorm, LayerNorm,
+GroupNorm, Dropout, pooling, upsampling, activations, softmax, LSTM/GRU/RNN, multi-head attention,
+transformer encoder layers, embeddings) — plus the tensor maths such models are written with. Every
+name here computes on tensors and numbers only; nothing reads or writes a file, starts a process, loads
+a library or prints. A name missing from the list is refused by name, so a legitimate model that needs
+one more operator gets an error that says which.
 """
 
 from __future__ import annotations

@@ -89,6 +89,7 @@ class _CodeChecker:
             for child in ast.iter_child_nodes(parent):
                 self.parents[child] = parent
         self.top = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+        self.scopes: dict[ast.AST | None, set[str]] = {}
 
     def fail(self, node: ast.AST, reason: str) -> CodeRefused:
         return CodeRefused(f"line {getattr(node, 'lineno', '?')}: {reason}")
@@ -125,9 +126,13 @@ class _CodeChecker:
             scope = self.parents.get(scope)
         if scope is None:
             return set()
-        names = {a.arg for a in [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]}
-        names |= {n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        return names
+        if scope not in self.scopes:
+            names = {a.arg for a in [*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs]}
+            names |= {
+                n.id for n in ast.walk(scope) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            }
+            self.scopes[scope] = names
+        return self.scopes[scope]
 
     def check_name(self, node: ast.Name) -> None:
         name = node.id
