@@ -287,3 +287,13 @@ def test_a_name_twice_in_the_archive_is_refused(tmp_path):
         zf.writestr("m/archive_format", "pt2")
     with pytest.raises(ModelError, match="m/archive_format: appears twice"):
         check_export_archive(path)
+
+
+def test_a_torchscript_archive_inside_a_pt2_is_refused(tmp_path):
+    """torch retries a failed weights_only load of the sample inputs without it, and torch.load hands a
+    TorchScript zip to torch.jit.load: a scripted module there would run its __setstate__."""
+    from clgate.engine.modelfile.pickles import torch_save_refusal
+
+    buf = io.BytesIO()
+    torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), buf)
+    assert "TorchScript archive" in torch_save_refusal(buf.getvalue())

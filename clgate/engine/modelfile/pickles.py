@@ -259,6 +259,8 @@ def torch_save_refusal(payload: bytes, policy: PicklePolicy = STATE_DICT_POLICY)
             names = inner.namelist()
             if len(set(names)) != len(names):
                 return "has a member name twice (torch and Python could read different copies)"
+            if any(n.endswith("constants.pkl") or "/code/" in f"/{n}" for n in names):
+                return "is a TorchScript archive, which torch.load would hand to torch.jit.load"
             pickles = [n for n in names if n.endswith(".pkl")]
             if not any(n == "data.pkl" or n.endswith("/data.pkl") for n in pickles):
                 return "is a zip without data.pkl, not a torch.save file"
