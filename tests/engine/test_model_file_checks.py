@@ -297,3 +297,30 @@ def test_a_torchscript_archive_inside_a_pt2_is_refused(tmp_path):
     buf = io.BytesIO()
     torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), buf)
     assert "TorchScript archive" in torch_save_refusal(buf.getvalue())
+
+
+@pytest.mark.parametrize("prefix", ["opaque_obj_", "custom_obj_"])
+def test_a_constant_that_is_not_a_tensor_is_refused(tmp_path, prefix):
+    """opaque_obj_* constants are read with pickle.loads, custom_obj_* with TorchScript's unpickler."""
+    from clgate.engine.errors import ModelError
+    from clgate.engine.modelfile import check_export_archive
+    from tests.fixtures.model_attacks import export_program
+
+    class WithConstant(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c = torch.ones(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.c
+
+    honest = export_program(WithConstant(), tmp_path / "c.pt2")
+    check_export_archive(honest)
+    with zipfile.ZipFile(honest) as zin, zipfile.ZipFile(tmp_path / "obj.pt2", "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("constants_config.json"):
+                data = data.replace(b'"path_name": "tensor_', f'"path_name": "{prefix}'.encode())
+            zout.writestr(info, data)
+    with pytest.raises(ModelError, match=rf"data/constants/{prefix}0: constant 'c' is a pickled object"):
+        check_export_archive(tmp_path / "obj.pt2")

@@ -5,7 +5,8 @@ What ``torch.export.load`` would run if the file asked it to, and what clgate ch
 - pickles: the sample inputs, and any weight or constant stored with ``use_pickle``, are ``torch.save``
   zips that torch loads with ``weights_only=True`` and, when that fails, **``weights_only=False``** —
   a full unpickler. Every pickle is judged by its opcodes (:mod:`.pickles`) and must build tensors and
-  containers only; a custom object (a ``custom_obj_*`` constant) is refused;
+  containers only; a constant that is not a tensor (``custom_obj_*``, loaded by TorchScript's
+  unpickler, or ``opaque_obj_*``, loaded by ``pickle.loads``) is refused;
 - symbolic expressions: every ``expr_str`` of the JSON members goes to ``sympy.sympify``, which
   evaluates Python. Each must be plain integer arithmetic of symbols (:mod:`.symexpr`);
 - guards: ``guards_code`` strings are compiled with ``exec`` when the module is built; honest exports
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.export.pt2_archive.constants import TENSOR_CONSTANT_FILENAME_PREFIX
 
 from clgate.engine.errors import ModelError
 from clgate.engine.modelfile.ops import export_target_refusal
@@ -35,7 +37,6 @@ _MARKERS = frozenset(
     {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id", "version"}
 )
 _COMPILED = (".so", ".dll", ".dylib", ".cpp", ".cubin", ".o", ".a", ".ptx")
-_CUSTOM_OBJECT_PREFIX = "custom_obj_"
 
 
 def check_export_archive(path: Path) -> None:
@@ -78,8 +79,9 @@ def _raw_members(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], path: Path) 
             name = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
             if not name or "/" in name:
                 raise refuse(path, info.filename, f"entry {fqn!r} has no valid path_name")
-            if name.startswith(_CUSTOM_OBJECT_PREFIX):
-                raise refuse(path, f"{folder}/{name}", f"constant {fqn!r} is a pickled custom object")
+            if folder == "data/constants" and not name.startswith(TENSOR_CONSTANT_FILENAME_PREFIX):
+                # custom_obj_* (TorchScript objects) and opaque_obj_* (plain pickle.loads): never tensors
+                raise refuse(path, f"{folder}/{name}", f"constant {fqn!r} is a pickled object, not a tensor")
             (raw if meta.get("use_pickle") is False else pickled).add(f"{folder}/{name}")
     return raw - pickled
 
