@@ -229,6 +229,9 @@ _HEADER = "class M(Module):\n  training : bool\n  def forward(self: __torch__.M,
         pytest.param("    import os", "imports something", id="import"),
         pytest.param("    f = lambda: 0", "Lambda", id="lambda"),
         pytest.param("    f = torch.jit.load('/x')", "torch.jit", id="nested-torch"),
+        pytest.param("    f = torch.ops.aten.from_file('/x')", "torch.ops", id="torch-ops-aten"),
+        pytest.param("    f = ops.aten.from_file('/x')", "ops.aten.from_file", id="ops-aten-from-file"),
+        pytest.param("    f = ops.my_ns.spawn('/x')", "ops.my_ns", id="other-namespace"),
         pytest.param("    f = x.save('/x')", "attribute save", id="method-save"),
         pytest.param("    f = eval('1')", "name eval", id="eval"),
         pytest.param("    torch = x", "assigns to torch", id="rebind-root"),
@@ -324,3 +327,39 @@ def test_a_constant_that_is_not_a_tensor_is_refused(tmp_path, prefix):
             zout.writestr(info, data)
     with pytest.raises(ModelError, match=rf"data/constants/{prefix}0: constant 'c' is a pickled object"):
         check_export_archive(tmp_path / "obj.pt2")
+
+
+def _rewrite_model_json(src, dst, change):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("models/model.json"):
+                data = json.dumps(change(json.loads(data))).encode()
+            zout.writestr(info, data)
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        pytest.param(
+            lambda doc: {**doc, "guards_code": ["__import__('os').getpid() or True"]},
+            "guards_code holds Python code",
+            id="guards",
+        ),
+        pytest.param(
+            lambda doc: json.loads(json.dumps(doc).replace("torch.ops.aten.linear.default", "torch.load")),
+            "calls torch.load, which is not an allowed operator",
+            id="node-target",
+        ),
+    ],
+)
+def test_guards_and_node_targets_outside_the_allowlist_are_refused(tmp_path, change, reason):
+    from clgate.engine.errors import ModelError
+    from clgate.engine.modelfile import check_export_archive
+    from clgate.engine.models import build_model
+    from tests.fixtures.model_attacks import export_program
+
+    honest = export_program(build_model("mlp", (8,), 6, hidden=16), tmp_path / "honest.pt2")
+    with pytest.raises(ModelError, match=rf"models/model.json: .*{reason}"):
+        check_export_archive(_rewrite_model_json(honest, tmp_path / "changed.pt2", change))
