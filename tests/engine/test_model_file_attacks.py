@@ -205,3 +205,29 @@ def test_scripted_library_layers_pass_the_check_and_load(tmp_path, module):
     torch.jit.save(torch.jit.script(module().eval()), str(tmp_path / "layer.pt"))
     assert check_model_file(str(tmp_path / "layer.pt")) == "torchscript"
     assert isinstance(load_torchscript(tmp_path / "layer.pt"), torch.jit.ScriptModule)
+
+
+def test_the_installed_clgate_command_refuses_it_too(tmp_path, synthetic_spec):
+    """The real `clgate run` process, unconfined, on a spec naming the spaced-__setstate__ file."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = tmp_path / "MARKER"
+    path = build_attack("ts-setstate", tmp_path / "files", marker)
+    spec = tmp_path / "job.json"
+    spec.write_text(_spec_for("ts-setstate", path, synthetic_spec).model_dump_json(exclude_none=True))
+    clgate = Path(sys.executable).with_name("clgate")
+    env = {**os.environ, "CLGATE_SANDBOX": "none", "CLGATE_ALLOW_UNCONFINED": "true"}
+    proc = subprocess.run(
+        [str(clgate), "run", str(spec), "--out", str(tmp_path / "out"), "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "refused" in proc.stderr and "(aten::from_file) accesses files" in proc.stderr, proc.stderr
+    assert expected_member("ts-setstate") in proc.stderr and "Traceback" not in proc.stderr
+    assert not marker.exists()
