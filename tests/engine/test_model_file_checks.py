@@ -236,6 +236,9 @@ _HEADER = "class M(Module):\n  training : bool\n  def forward(self: __torch__.M,
         pytest.param("    f = eval('1')", "name eval", id="eval"),
         pytest.param("    torch = x", "assigns to torch", id="rebind-root"),
         pytest.param(
+            "    def g(torch: Tensor) -> Tensor:\n      return torch.relu(x)", "nested", id="nested"
+        ),
+        pytest.param(
             "    f = __torch__.torch.classes.ns.Evil()", "not code of this archive", id="custom-class"
         ),
         pytest.param("    f = unknown_global", "name unknown_global", id="free-name"),
@@ -256,6 +259,11 @@ def test_hooks_and_setstate_are_checked_like_any_method():
     assert "line 5: torch.from_file" in code_refusal(source)
     assert "line 5" in code_refusal(source.replace("def hook", "def __setstate__"))
     assert code_refusal(source.replace('torch.from_file("/x", True, 4)', "torch.relu(inputs[0])")) is None
+
+
+def test_an_argument_may_not_shadow_a_root_or_builtin():
+    assert "shadows torch" in code_refusal("def f(torch: Tensor) -> Tensor:\n  return torch.relu(torch)\n")
+    assert "shadows getattr" in code_refusal("def f(getattr: int) -> int:\n  return getattr\n")
 
 
 def test_a_class_with_another_base_is_refused():

@@ -103,8 +103,11 @@ class _CodeChecker:
                     raise self.fail(node, "imports something other than the archive's own __torch__ code")
             elif isinstance(node, ast.ClassDef):
                 self.check_class(node)
-            elif isinstance(node, ast.FunctionDef) and node.decorator_list:
-                raise self.fail(node, f"function {node.name} has a decorator")
+            elif isinstance(node, ast.FunctionDef):
+                if node.decorator_list or not isinstance(self.parents.get(node), ast.Module | ast.ClassDef):
+                    raise self.fail(node, f"function {node.name} is decorated or nested")
+            elif isinstance(node, ast.arg) and (node.arg in ROOTS | BUILTIN_NAMES or _dunder(node.arg)):
+                raise self.fail(node, f"an argument shadows {node.arg}")
             elif isinstance(node, ast.Name):
                 self.check_name(node)
             elif isinstance(node, ast.Attribute):
