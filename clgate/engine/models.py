@@ -1,37 +1,17 @@
-"""Candidate models: built-in architectures, safetensors / state-dict weights, TorchScript modules.
+"""Candidate models: built-in architectures, and building the candidate from its files.
 
 Built-ins: ``mlp`` (two hidden layers of 400, the Split-MNIST MLP of De Lange et al.), ``cnn`` (a
 small conv net) and ``resnet18-slim`` (the reduced ResNet-18 of Lopez-Paz & Ranzato, GEM 2017: 20
-base filters, adaptive pooling so that any image size works).
+base filters, adaptive pooling so that any image size works); ``torchvision:NAME`` and ``timm:NAME``.
 
-Files are identified by their bytes before anything is loaded (:func:`inspect_model_file`):
-
-- ``safetensors`` — loaded with ``safetensors.torch.load_file`` (no code execution possible);
-- ``torchscript`` — a ``torch.jit.save`` zip (``constants.pkl``, ``code/``), loaded with ``torch.jit.load``;
-- ``state_dict`` — a ``torch.save`` zip whose pickle only references tensor-rebuilding globals,
-  loaded with ``torch.load(weights_only=True)``;
-- ``pickled_model`` — a ``torch.save(model)`` zip whose pickle references classes or functions:
-  **refused, never unpickled**. The pickle is only scanned with ``pickletools.genops``, which decodes
-  opcodes without executing them;
-- ``export`` — a ``torch.export.save`` program (``.pt2``), evaluate mode only: loaded with
-  ``torch.export.load`` after checking that it holds no pickle (weights stored raw, no pickled
-  constants or custom objects, every nested ``torch.save`` payload tensors only) and no compiled code;
-- ``pickle`` — a legacy (non-zip) ``torch.save`` file or a bare pickle: only ever read with
-  ``torch.load(weights_only=True)`` (torch's restricted unpickler, which builds tensors and containers
-  and refuses every other global), so a legacy state dict loads and anything else is refused.
+Model files (safetensors, state dicts, TorchScript, ``.pt2``) are judged and loaded by
+:mod:`clgate.engine.modelfile`; its public names are re-exported here for existing callers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import io
-import json
 import math
-import pickletools
-import struct
-import warnings
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -40,41 +20,46 @@ import torch.nn.functional as F
 from torch import nn
 
 from clgate.engine.errors import ModelError
-
-BUILTIN_ARCHS = ("mlp", "cnn", "resnet18-slim")
-
-EXPORT_HINT = (
-    "clgate never unpickles a whole model (unpickling runs arbitrary code). Export it as TorchScript "
-    "(torch.jit.save(torch.jit.script(model), 'model.pt'), then model.torchscript: model.pt) or save its "
-    "weights (safetensors.torch.save_file(model.state_dict(), 'model.safetensors'), then model.arch + "
-    "model.weights)"
+from clgate.engine.modelfile import (
+    EXPORT_HINT,
+    TORCHSCRIPT_DENIED_OPS,
+    TORCHSCRIPT_NAMESPACES,
+    ExportedModel,
+    check_torchscript_ops,
+    file_digest,
+    inspect_model_file,
+    load_exported,
+    load_state_dict_file,
+    load_torchscript,
+    torchscript_refusal,
 )
 
-# Globals a plain state dict's pickle may reference (what torch.save writes for tensors and dicts).
-_SAFE_GLOBAL_PREFIXES = ("torch._utils._rebuild_", "torch._tensor._rebuild_")
-_SAFE_GLOBALS = {
-    "collections OrderedDict",
-    "torch Size",
-    "torch device",
-    "torch dtype",
-    "torch._utils _rebuild_tensor_v2",
-    "torch._utils _rebuild_parameter",
-    "torch._utils _rebuild_parameter_with_state",
-    "builtins set",
-}
-_STORAGE_NAMES = {
-    "FloatStorage",
-    "DoubleStorage",
-    "HalfStorage",
-    "BFloat16Storage",
-    "LongStorage",
-    "IntStorage",
-    "ShortStorage",
-    "CharStorage",
-    "ByteStorage",
-    "BoolStorage",
-    "UntypedStorage",
-}
+__all__ = [
+    "BUILTIN_ARCHS",
+    "EXPORT_HINT",
+    "MLP",
+    "TORCHSCRIPT_DENIED_OPS",
+    "TORCHSCRIPT_NAMESPACES",
+    "ExportedModel",
+    "GrowingLinear",
+    "ResNet18Slim",
+    "SmallCNN",
+    "apply_weights",
+    "build_model",
+    "check_output_width",
+    "check_torchscript_ops",
+    "file_digest",
+    "grow_head",
+    "inspect_model_file",
+    "load_exported",
+    "load_model",
+    "load_state_dict_file",
+    "load_torchscript",
+    "make_growing_head",
+    "torchscript_refusal",
+]
+
+BUILTIN_ARCHS = ("mlp", "cnn", "resnet18-slim")
 
 
 # ---------------------------------------------------------------------- architectures
@@ -328,321 +313,6 @@ def grow_head(model: nn.Module, classes: list[int]) -> bool:
     for head in heads:
         head.grow(classes)
     return bool(heads)
-
-
-# ---------------------------------------------------------------------- file inspection
-def inspect_model_file(path: str | Path) -> str:
-    """What a model file is, from its bytes only: ``safetensors``, ``torchscript``, ``state_dict``,
-    ``pickled_model``, ``pickle`` or ``unknown``. Nothing is unpickled.
-    """
-    path = Path(path)
-    with path.open("rb") as f:
-        head = f.read(16)
-    if len(head) >= 9:
-        (n,) = struct.unpack("<Q", head[:8])
-        if head[8:9] == b"{" and 0 < n < 100_000_000:
-            return "safetensors"
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as zf:
-                names = zf.namelist()
-                if any(n == "archive_format" or n.endswith("/archive_format") for n in names):
-                    return "export"
-                if any(n.endswith("/constants.pkl") for n in names) or any("/code/" in n for n in names):
-                    return "torchscript"
-                pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
-                if not pkl:
-                    return "unknown"
-                payload = zf.read(pkl[0])
-        except (zipfile.BadZipFile, OSError, KeyError):
-            return "unknown"
-        return "state_dict" if _only_safe_globals(payload) else "pickled_model"
-    if head[:1] == b"\x80" or head[:1] in (b"(", b"c", b"]", b"}"):
-        return "pickle"
-    return "unknown"
-
-
-def _only_safe_globals(payload: bytes) -> bool:
-    """True when the pickle references no global outside what a tensor state dict needs (opcodes only)."""
-    strings: list[str] = []
-    try:
-        for opcode, arg, _pos in pickletools.genops(io.BytesIO(payload)):
-            name = opcode.name
-            if name in (
-                "SHORT_BINUNICODE",
-                "BINUNICODE",
-                "UNICODE",
-                "BINUNICODE8",
-                "SHORT_BINSTRING",
-                "BINSTRING",
-            ):
-                strings.append(str(arg))
-            elif name in ("GLOBAL", "INST"):
-                if not _is_safe_global(*str(arg).split(" ", 1)):
-                    return False
-            elif name == "STACK_GLOBAL":
-                if len(strings) < 2 or not _is_safe_global(strings[-2], strings[-1]):
-                    return False
-            elif name in ("REDUCE", "BUILD", "NEWOBJ", "NEWOBJ_EX", "OBJ"):
-                continue
-    except Exception:  # malformed pickle: not a state dict we accept
-        return False
-    return True
-
-
-def _is_safe_global(module: str, name: str) -> bool:
-    full = f"{module}.{name}"
-    if f"{module} {name}" in _SAFE_GLOBALS or full.startswith(_SAFE_GLOBAL_PREFIXES):
-        return True
-    return module == "torch" and name in _STORAGE_NAMES
-
-
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------------- loading
-def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """Tensors from a safetensors file or a ``torch.save(state_dict)`` file; refuses everything else."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
-    kind = inspect_model_file(path)
-    if kind == "safetensors":
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path))
-        except Exception as exc:
-            raise ModelError(f"{path}: not a readable safetensors file ({exc})") from None
-    if kind in ("state_dict", "pickle"):
-        # "pickle": a legacy (non-zip) torch.save file or a bare pickle. Its globals are not scanned;
-        # torch's restricted weights_only unpickler accepts tensors and containers and refuses the rest.
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # weights_only refuses anything but tensors and containers
-            raise ModelError(
-                f"{path}: refused: this is a pickled whole model or another object, not a plain state dict "
-                f"({type(exc).__name__}). {EXPORT_HINT}"
-            ) from None
-        if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-            obj = obj["state_dict"]
-        if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-            raise ModelError(f"{path}: expected a state dict (names → tensors), found {type(obj).__name__}")
-        return obj
-    if kind == "pickled_model":
-        raise ModelError(f"{path}: refused: this is a pickled whole model. {EXPORT_HINT}")
-    if kind == "torchscript":
-        raise ModelError(
-            f"{path}: this is a TorchScript module; give it as model.torchscript, not as weights"
-        )
-    if kind == "export":
-        raise ModelError(
-            f"{path}: this is a torch.export program; give it as a checkpoint of clgate evaluate"
-        )
-    raise ModelError(
-        f"{path}: unrecognised model file (expected safetensors, a torch.save state dict or TorchScript)"
-    )
-
-
-# TorchScript operators: a loaded graph may use these namespaces only, and none of the denied operators
-# (file, process and library access). A refusal names the operator; nothing denied is ever run.
-TORCHSCRIPT_NAMESPACES = frozenset({"aten", "prim"})
-TORCHSCRIPT_DENIED_OPS = frozenset({"aten::from_file", "aten::save", "aten::load", "prim::Print"})
-_FILE_ARGUMENTS = ("file", "path", "filename", "url", "library")
-
-
-def _denied_ops() -> frozenset[str]:
-    """The fixed denylist plus every registered ``aten``/``prim`` operator that takes a file-like string."""
-    denied = set(TORCHSCRIPT_DENIED_OPS)
-    for schema in torch._C._jit_get_all_schemas():
-        if schema.name.split("::", 1)[0] not in TORCHSCRIPT_NAMESPACES:
-            continue
-        for arg in schema.arguments:
-            if str(arg.type) in ("str", "Optional[str]") and any(
-                k in arg.name.lower() for k in _FILE_ARGUMENTS
-            ):
-                denied.add(schema.name)
-    return frozenset(denied)
-
-
-def torchscript_refusal(op: str) -> str | None:
-    """Why operator ``op`` (``namespace::name``) may not run in a candidate model, or ``None``."""
-    namespace = op.split("::", 1)[0]
-    if namespace not in TORCHSCRIPT_NAMESPACES:
-        return (
-            f"operator {op} is outside the allowed namespaces ({', '.join(sorted(TORCHSCRIPT_NAMESPACES))})"
-        )
-    if op in _denied_ops_cache():
-        return f"operator {op} accesses files, processes or libraries"
-    return None
-
-
-_DENIED: frozenset[str] | None = None
-
-
-def _denied_ops_cache() -> frozenset[str]:
-    global _DENIED
-    if _DENIED is None:
-        _DENIED = _denied_ops()
-    return _DENIED
-
-
-def _scan_torchscript_code(path: Path) -> None:
-    """Before loading: the archive's serialized code must not name a denied operator (``__setstate__``
-    and other methods run while loading, so the graph check alone would come too late for them)."""
-    import re
-
-    with zipfile.ZipFile(path) as zf:
-        for name in zf.namelist():
-            if "/code/" not in name or not name.endswith(".py"):
-                continue
-            text = zf.read(name).decode("utf-8", errors="replace")
-            for namespace, op in re.findall(r"\bops\.([A-Za-z_]\w*)\.([A-Za-z_]\w*)", text):
-                reason = torchscript_refusal(f"{namespace}::{op}")
-                if reason:
-                    raise ModelError(f"{path.name}: refused: {reason}")
-            for op in re.findall(r"\btorch\.([A-Za-z_]\w*)\s*\(", text):
-                if f"aten::{op}" in _denied_ops_cache():
-                    raise ModelError(f"{path.name}: refused: {torchscript_refusal(f'aten::{op}')}")
-
-
-def check_torchscript_ops(module: torch.jit.ScriptModule, source: str) -> None:
-    """Refuse a loaded TorchScript module any of whose methods (of any submodule, calls inlined) uses an
-    operator outside :data:`TORCHSCRIPT_NAMESPACES` or in the denylist; the error names the operator."""
-    seen: set[str] = set()
-    for sub in [module, *module.modules()]:
-        c = getattr(sub, "_c", None)
-        if c is None:
-            continue
-        for method_name in c._method_names():
-            graph = c._get_method(method_name).graph.copy()
-            torch._C._jit_pass_inline(graph)
-            stack = list(graph.nodes())
-            while stack:
-                node = stack.pop()
-                kind = node.kind()
-                if kind not in seen:
-                    seen.add(kind)
-                    reason = torchscript_refusal(kind)
-                    if reason:
-                        raise ModelError(
-                            f"{source}: refused: {reason} (in {sub.original_name}.{method_name})"
-                        )
-                for block in node.blocks():
-                    stack.extend(block.nodes())
-
-
-def load_torchscript(path: str | Path) -> torch.nn.Module:
-    """A TorchScript module, after its code (before loading) and its graphs (after) pass the operator
-    check."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
-    kind = inspect_model_file(path)
-    if kind in ("pickled_model", "pickle"):
-        raise ModelError(f"{path}: refused: this is a pickled whole model, not TorchScript. {EXPORT_HINT}")
-    if kind in ("safetensors", "state_dict"):
-        raise ModelError(
-            f"{path}: this holds weights only ({kind}); give model.arch and model.weights instead"
-        )
-    if kind == "export":
-        raise ModelError(
-            f"{path}: a torch.export program is evaluated, not retrained: give it as a checkpoint "
-            "of clgate evaluate"
-        )
-    if kind != "torchscript":
-        raise ModelError(f"{path}: not a TorchScript file (save one with torch.jit.save)")
-    try:
-        _scan_torchscript_code(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise ModelError(f"{path}: cannot read TorchScript archive ({exc})") from None
-    try:
-        with warnings.catch_warnings():  # TorchScript is deprecated upstream but is what candidates ship as
-            warnings.filterwarnings("ignore", category=DeprecationWarning)
-            module = torch.jit.load(str(path), map_location="cpu")
-    except Exception as exc:
-        raise ModelError(f"{path}: cannot load TorchScript ({exc})") from None
-    check_torchscript_ops(module, path.name)
-    return module
-
-
-class ExportedModel(nn.Module):
-    """An exported program's module; its train/eval mode was fixed at export, so mode changes are no-ops."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.program = module
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.program(x)
-
-    def train(self, mode: bool = True) -> ExportedModel:
-        self.training = mode  # the graph is what was exported (export the model in eval mode)
-        return self
-
-
-def _check_export_archive(path: Path) -> None:
-    """Refuse a ``.pt2`` that would unpickle anything beyond tensors or load compiled code."""
-    from torch.export.pt2_archive.constants import TENSOR_CONSTANT_FILENAME_PREFIX
-
-    with zipfile.ZipFile(path) as zf:
-        for info in zf.infolist():
-            name = info.filename
-            if name.endswith((".so", ".dll", ".dylib", ".cpp", ".cubin")) or "/aotinductor/" in name:
-                raise ModelError(f"{path}: refused: {name} is compiled code (export without AOTInductor)")
-            if info.file_size > 1 << 34:
-                raise ModelError(f"{path}: {name} is larger than 16 GiB")
-            data = zf.read(info)
-            if name.endswith("_config.json") and ("weights" in name or "constants" in name):
-                try:
-                    entries = json.loads(data).get("config", {})
-                except (ValueError, AttributeError):
-                    raise ModelError(f"{path}: {name} is not a valid configuration") from None
-                for fqn, meta in entries.items():
-                    if not isinstance(meta, dict) or meta.get("use_pickle", True):
-                        raise ModelError(f"{path}: refused: {fqn!r} is stored as a pickle. {EXPORT_HINT}")
-                    if "constants" in name and not str(meta.get("path_name", "")).startswith(
-                        TENSOR_CONSTANT_FILENAME_PREFIX
-                    ):
-                        raise ModelError(
-                            f"{path}: refused: constant {fqn!r} is a pickled object, not a tensor"
-                        )
-            elif data[:2] == b"PK":
-                try:
-                    with zipfile.ZipFile(io.BytesIO(data)) as inner:
-                        pkl = [n for n in inner.namelist() if n.endswith("data.pkl")]
-                        if any(not _only_safe_globals(inner.read(n)) for n in pkl):
-                            raise ModelError(f"{path}: refused: {name} pickles more than tensors")
-                except zipfile.BadZipFile:
-                    pass
-            elif (
-                data[:1] == b"\x80"
-                and name.endswith((".pkl", ".pt", ".pickle"))
-                and not _only_safe_globals(data)
-            ):
-                raise ModelError(f"{path}: refused: {name} pickles more than tensors")
-
-
-def load_exported(path: str | Path) -> nn.Module:
-    """A ``torch.export`` program (``.pt2``) as a module for evaluation; refused if it holds pickles."""
-    path = Path(path)
-    if not path.is_file():
-        raise ModelError(f"{path}: no such file")
-    if inspect_model_file(path) != "export":
-        raise ModelError(f"{path}: not a torch.export program (save one with torch.export.save)")
-    _check_export_archive(path)
-    try:
-        program = torch.export.load(str(path))
-        return ExportedModel(program.module())
-    except ModelError:
-        raise
-    except Exception as exc:
-        raise ModelError(f"{path}: cannot load the exported program ({type(exc).__name__}: {exc})") from None
 
 
 def apply_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:

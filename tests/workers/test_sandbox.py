@@ -33,8 +33,8 @@ POLICY = {"name": "p", "rules": [{"metric": "acc", "floor": 0.0}]}
 UNCHECKED_CHILD = [
     "-c",
     (
-        "import sys; import clgate.engine.models as m; "
-        "m._scan_torchscript_code = lambda path: None; m.check_torchscript_ops = lambda module, "
+        "import sys; import clgate.engine.modelfile.torchscript as m; "
+        "m.check_torchscript_archive = lambda path: None; m.check_torchscript_ops = lambda module, "
         "source: None; "
         "from clgate.workers.sandbox_child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))"
     ),
