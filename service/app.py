@@ -17,35 +17,22 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
 from clgate.schemas.api import Health
 from clgate.service import errors
-from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
-from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
-from clgate.store.models import ApiKey
+from clgate.store.db import check_writable, pool_status, wait_for_schema
+from clgate.store.keys import bootstrap_admin
 from clgate.store.settings import Settings, load_settings
 from clgate.workers.sandbox import warn_if_unconfined
 
 log = logging.getLogger("clgate.api")
-
-
-def bootstrap_admin(sessions, key: str) -> None:
-    """Store ``key`` as the first admin key when no key exists (several replicas may race: one wins)."""
-    try:
-        with session_scope(sessions) as s:
-            if s.scalar(select(ApiKey.id).limit(1)) is None:
-                create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap", key=key)
-    except IntegrityError:
-        pass
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -180,11 +180,9 @@ def _depth(body: bytes) -> int:
 async def _refuse(send: Send, status: int, reason: str) -> None:
     import json
 
-    from clgate.service.errors import CODES
+    from clgate.service.errors import error_body
 
-    payload = json.dumps(
-        {"error": CODES.get(status, "error"), "reason": reason, "problems": [reason]}
-    ).encode()
+    payload = json.dumps(error_body(status, reason, [reason])).encode()
     await send(
         {
             "type": "http.response.start",
