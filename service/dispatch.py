@@ -56,6 +56,8 @@ class CeleryDispatcher:
     def __init__(self, settings: Settings) -> None:
         import redis
 
+        if settings.broker_url is None:
+            raise ValueError("the Celery dispatcher needs CLGATE_BROKER_URL")
         self.settings = settings
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 

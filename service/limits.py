@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EXEMPT = frozenset({"/healthz", "/readyz"})
 # The largest ``skip`` of a listing (a 64-bit OFFSET overflows the database's integer).
@@ -101,7 +101,7 @@ class RequestGuard:
             return
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True

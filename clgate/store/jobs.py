@@ -15,9 +15,21 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import ColumnElement, Row, Select, case, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Row,
+    Select,
+    Update,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -170,6 +182,11 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
         return job.state
 
 
+def _run(s: Session, statement: Update) -> CursorResult[Any]:
+    """Execute an UPDATE (its result counts the rows it changed)."""
+    return cast("CursorResult[Any]", s.execute(statement))
+
+
 def hard_limit_reason(store: Store, running_s: float) -> str:
     return (
         f"hard time limit exceeded: ran {running_s:.0f} s "
@@ -225,7 +242,7 @@ def load_inputs(store: Store, job_id: str) -> JobInputs:
             mode=job.mode,
             spec=job.spec,
             log_refs=list(job.logs or []),
-            policy_document=s.get(Policy, job.policy_id).document,
+            policy_document=s.get_one(Policy, job.policy_id).document,
             model_name=job.model_name,
             baseline_job_id=job.baseline_job_id,
             source_job_id=job.source_job_id,
@@ -278,7 +295,7 @@ def record_decision(
     key on ``decisions.job_id``).
     """
     with session_scope(store.sessions) as s:
-        job = s.get(Job, job_id)
+        job = s.get_one(Job, job_id)
         if JobState(job.state).terminal:
             return JobState(job.state), job.error
         _register_files(s, store.artifacts, stored, job_id)
@@ -302,7 +319,7 @@ def record_decision(
 
 def job_state(store: Store, job_id: str) -> tuple[JobState, str | None]:
     with store.sessions() as s:
-        job = s.get(Job, job_id)
+        job = s.get_one(Job, job_id)
         return JobState(job.state), job.error
 
 
@@ -328,10 +345,11 @@ def forget(store: Store, hostname: str) -> None:
 def beat_job(store: Store, job_id: str, attempt: int) -> bool:
     """Record that attempt ``attempt`` of a running job is alive; ``False`` once the job left that attempt."""
     with session_scope(store.sessions) as s:
-        result = s.execute(
+        result = _run(
+            s,
             update(Job)
             .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
-            .values(heartbeat_at=utcnow())
+            .values(heartbeat_at=utcnow()),
         )
         return result.rowcount == 1
 
@@ -340,10 +358,11 @@ def release(store: Store, job_id: str, attempt: int, *, reason: str, actor: str)
     """Put attempt ``attempt`` of a running job back to ``queued`` (a transient fault, retried): no worker
     loss."""
     with session_scope(store.sessions) as s:
-        result = s.execute(
+        result = _run(
+            s,
             update(Job)
             .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
-            .values(state=JobState.queued.value, heartbeat_at=None)
+            .values(state=JobState.queued.value, heartbeat_at=None),
         )
         if result.rowcount == 1:
             audit(s, actor, "job.retry", "job", job_id, attempt=attempt, reason=reason)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 from sqlalchemy import (
     JSON,
@@ -267,6 +267,12 @@ for _cls in (Decision, Waiver, AuditEvent):
     event.listen(_cls, "before_delete", _refuse_change)
 
 
+@overload
+def as_utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+@overload
+def as_utc(value: dt.datetime | None) -> dt.datetime | None: ...
 def as_utc(value: dt.datetime | None) -> dt.datetime | None:
     """SQLite returns naive datetimes; every stored time is UTC."""
     if value is None or value.tzinfo is not None:
