@@ -35,8 +35,8 @@ from clgate.workers.sandbox import warn_if_unconfined
 log = logging.getLogger("clgate.api")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or load_settings()
+def _lifespan(settings: Settings):
+    """Start-up and shut-down of an app: the store, the bootstrap key, the dispatcher, the registry."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -79,12 +79,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.dispatcher.close()
             engine.dispose()
 
+    return lifespan
+
+
+def _key_routes(app: FastAPI, public: bool) -> None:
+    """The routes outside ``/v1`` that need a viewer key: the OpenAPI document (unless public), metrics."""
+    if not public:
+
+        @app.get(
+            "/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)"
+        )
+        def openapi_document(_: Viewer) -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        summary="Prometheus metrics (needs a viewer key)",
+        responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
+    )
+    def metrics(request: Request, _: Viewer) -> Response:
+        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
     public = settings.public_docs
     app = FastAPI(
         title="clgate",
         version=__version__,
         summary="Validation service for class-incremental classifiers: jobs, gate decisions, audit trail.",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings),
         openapi_url="/openapi.json" if public else None,
         docs_url="/docs" if public else None,
         redoc_url="/redoc" if public else None,
@@ -145,22 +171,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 
-    if not public:
-
-        @app.get(
-            "/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)"
-        )
-        def openapi_document(_: Viewer) -> JSONResponse:
-            return JSONResponse(app.openapi())
-
-    @app.get(
-        "/metrics",
-        tags=["health"],
-        response_class=Response,
-        summary="Prometheus metrics (needs a viewer key)",
-        responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
-    )
-    def metrics(request: Request, _: Viewer) -> Response:
-        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
-
+    _key_routes(app, public)
     return app

@@ -115,7 +115,7 @@ def bootstrap_admin(sessions: sessionmaker[Session], key: str) -> None:
     try:
         with session_scope(sessions) as s:
             if not any_key(s):
-                create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap", key=key)
+                create_key(s, name="bootstrap-admin", role=Role.admin.name, actor="system:bootstrap", key=key)
     except IntegrityError:
         pass
 
@@ -125,7 +125,7 @@ def first_admin(sessions: sessionmaker[Session], *, actor: str) -> str | None:
     with session_scope(sessions) as s:
         if any_key(s):
             return None
-        return create_key(s, name="first-admin", role="admin", actor=actor)[1]
+        return create_key(s, name="first-admin", role=Role.admin.name, actor=actor)[1]
 
 
 @dataclass(frozen=True)
