@@ -26,6 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from clgate.schemas.vocab import ENGINE_MODES, EngineMode, Queue, Verdict, queue_for
 from clgate.schemas.vocab import JobMode as Mode
 from clgate.schemas.vocab import JobStateName as State
+from clgate.schemas.vocab import RoleName as Role
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -37,7 +38,6 @@ UtcDatetime = Annotated[
     dt.datetime, AfterValidator(_utc), Field(description="RFC 3339 date-time in UTC, always with its offset.")
 ]
 
-Role = Literal["viewer", "submitter", "approver", "admin"]
 ArtifactKind = Literal["model", "data", "log", "spec", "result", "other"]
 
 ModelName = Annotated[
@@ -62,22 +62,47 @@ ArtifactRef = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$", description
 GPU_MODES = frozenset(ENGINE_MODES)  # the modes queued on ``gpu`` (see clgate.schemas.vocab.queue_for)
 
 
-class ErrorPublic(BaseModel):
-    """Every error the API returns: a short code, a human reason, and per-field problems when validating."""
+ERROR_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    411: "length_required",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid",
+    500: "internal",
+    503: "unavailable",
+}
+"""The stable ``error`` code of each HTTP status the API answers with."""
 
-    error: str
+
+class ErrorBody(BaseModel):
+    """Every error answer: a stable code, a sentence saying why, and the individual problems (field:
+    reason)."""
+
+    error: str = Field(description="Stable code: " + ", ".join(sorted(set(ERROR_CODES.values()))))
     reason: str
     problems: list[str] = Field(default_factory=list)
 
 
+class FromRecord(BaseModel):
+    """A response built from a stored record (or a store view of one) by ``Model.model_validate(record)``:
+    fields are read as the record's attributes."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
 class PolicyRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
 
     name: str = Field(min_length=1, max_length=200)
     version: str = Field(min_length=1, max_length=64)
 
 
-class ArtifactPublic(BaseModel):
+class ArtifactPublic(FromRecord):
     sha256: str
     ref: str
     size: int
@@ -136,14 +161,14 @@ class RegateCreate(BaseModel):
     baseline: Literal["model", "none", "same"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = "same"
 
 
-class JobProgress(BaseModel):
+class JobProgress(FromRecord):
     fraction: float | None = None
     task: int | None = None
     iteration: int | None = None
     message: str | None = None
 
 
-class JobPublic(BaseModel):
+class JobPublic(FromRecord):
     id: str
     mode: Mode
     queue: Queue
@@ -167,13 +192,18 @@ class JobPublic(BaseModel):
     waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
     project: str = "default"
 
+    @field_validator("progress", mode="before")
+    @classmethod
+    def _no_progress_yet(cls, value: Any) -> Any:
+        return {} if value is None else value
+
 
 class JobsPublic(BaseModel):
     data: list[JobPublic]
     count: int = Field(description="Jobs matching the filters (all pages).")
 
 
-class ResultFilePublic(BaseModel):
+class ResultFilePublic(FromRecord):
     name: str
     sha256: str
     size: int
@@ -201,7 +231,7 @@ class WaiverCreate(BaseModel):
         return value.strip()
 
 
-class WaiverPublic(BaseModel):
+class WaiverPublic(FromRecord):
     id: str
     job_id: str
     decision_id: str
@@ -214,7 +244,7 @@ class WaiverPublic(BaseModel):
     )
 
 
-class DecisionPublic(BaseModel):
+class DecisionPublic(FromRecord):
     id: str
     job_id: str
     policy_id: str
@@ -229,7 +259,7 @@ class DecisionPublic(BaseModel):
     waivers: list[WaiverPublic] = Field(default_factory=list)
 
 
-class PolicyVersionPublic(BaseModel):
+class PolicyVersionPublic(FromRecord):
     id: str
     name: str
     version: str
@@ -250,7 +280,7 @@ class BaselineSet(BaseModel):
     job_id: str = Field(pattern=r"^[0-9a-f]{32}$")
 
 
-class BaselinePublic(BaseModel):
+class BaselinePublic(FromRecord):
     model_name: str
     job_id: str
     set_by: str
@@ -262,7 +292,7 @@ class BaselinesPublic(BaseModel):
     count: int
 
 
-class AuditEventPublic(BaseModel):
+class AuditEventPublic(FromRecord):
     id: int
     at: UtcDatetime
     actor: str
@@ -290,7 +320,7 @@ class KeyCreate(BaseModel):
     project: Project = "default"
 
 
-class KeyCreated(BaseModel):
+class KeyCreated(FromRecord):
     id: str
     name: str
     role: Role
@@ -298,7 +328,7 @@ class KeyCreated(BaseModel):
     key: str = Field(description="The secret key, shown once; only its hash is stored.")
 
 
-class KeyPublic(BaseModel):
+class KeyPublic(FromRecord):
     id: str
     name: str
     role: Role
@@ -312,7 +342,7 @@ class KeysPublic(BaseModel):
     count: int
 
 
-class WhoAmI(BaseModel):
+class WhoAmI(FromRecord):
     id: str
     name: str
     role: Role

@@ -1,4 +1,4 @@
-"""clgate's words, defined once: verdicts, job modes, queues and job states.
+"""clgate's words, defined once: verdicts, job modes, queues, job states and key roles.
 
 Every layer (schemas, the gate, the record store, the workers, the API) imports these instead of
 spelling the strings again, so that a new mode or state is one edit here.
@@ -9,6 +9,8 @@ spelling the strings again, so that a new mode or state is one edit here.
 ('gpu', 'cpu')
 >>> JobState("failed").terminal, JobState.running.terminal
 (True, False)
+>>> Role["approver"] >= Role.submitter, ROLES[-1]
+(True, 'admin')
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "JOB_MODES",
     "JOB_STATES",
     "QUEUES",
+    "ROLES",
     "TERMINAL_STATES",
     "VERDICTS",
     "EngineMode",
@@ -28,6 +31,8 @@ __all__ = [
     "JobState",
     "JobStateName",
     "Queue",
+    "Role",
+    "RoleName",
     "Verdict",
     "exit_code",
     "queue_for",
@@ -92,3 +97,21 @@ class JobState(enum.StrEnum):
 TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.succeeded, JobState.failed, JobState.cancelled})
 
 assert tuple(s.value for s in JobState) == JOB_STATES
+
+
+# ---------------------------------------------------------------------------------------------- key roles
+RoleName = Literal["viewer", "submitter", "approver", "admin"]
+"""An API key's role as text (the API and the record store's column), lowest first."""
+ROLES: tuple[RoleName, ...] = get_args(RoleName)
+
+
+class Role(enum.IntEnum):
+    """Ordered: a key with a role may do everything the lower roles may."""
+
+    viewer = 1
+    submitter = 2
+    approver = 3
+    admin = 4
+
+
+assert tuple(Role.__members__) == ROLES

@@ -17,39 +17,26 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
 from clgate.schemas.api import Health
 from clgate.service import errors
-from clgate.service.auth import create_key
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
-from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
-from clgate.store.models import ApiKey
+from clgate.store.db import check_writable, pool_status, wait_for_schema
+from clgate.store.keys import bootstrap_admin
 from clgate.store.settings import Settings, load_settings
 from clgate.workers.sandbox import warn_if_unconfined
 
 log = logging.getLogger("clgate.api")
 
 
-def bootstrap_admin(sessions, key: str) -> None:
-    """Store ``key`` as the first admin key when no key exists (several replicas may race: one wins)."""
-    try:
-        with session_scope(sessions) as s:
-            if s.scalar(select(ApiKey.id).limit(1)) is None:
-                create_key(s, name="bootstrap-admin", role="admin", actor="system:bootstrap", key=key)
-    except IntegrityError:
-        pass
-
-
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or load_settings()
+def _lifespan(settings: Settings):
+    """Start-up and shut-down of an app: the store, the bootstrap key, the dispatcher, the registry."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -92,12 +79,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.dispatcher.close()
             engine.dispose()
 
+    return lifespan
+
+
+def _key_routes(app: FastAPI, public: bool) -> None:
+    """The routes outside ``/v1`` that need a viewer key: the OpenAPI document (unless public), metrics."""
+    if not public:
+
+        @app.get(
+            "/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)"
+        )
+        def openapi_document(_: Viewer) -> JSONResponse:
+            return JSONResponse(app.openapi())
+
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        summary="Prometheus metrics (needs a viewer key)",
+        responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
+    )
+    def metrics(request: Request, _: Viewer) -> Response:
+        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
     public = settings.public_docs
     app = FastAPI(
         title="clgate",
         version=__version__,
         summary="Validation service for class-incremental classifiers: jobs, gate decisions, audit trail.",
-        lifespan=lifespan,
+        lifespan=_lifespan(settings),
         openapi_url="/openapi.json" if public else None,
         docs_url="/docs" if public else None,
         redoc_url="/redoc" if public else None,
@@ -162,22 +175,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         body = Health(status="ok" if ok else "unavailable", checks=checks)
         return body if ok else JSONResponse(body.model_dump(), status_code=503)
 
-    if not public:
-
-        @app.get(
-            "/openapi.json", include_in_schema=False, summary="The OpenAPI document (needs a viewer key)"
-        )
-        def openapi_document(_: Viewer) -> JSONResponse:
-            return JSONResponse(app.openapi())
-
-    @app.get(
-        "/metrics",
-        tags=["health"],
-        response_class=Response,
-        summary="Prometheus metrics (needs a viewer key)",
-        responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
-    )
-    def metrics(request: Request, _: Viewer) -> Response:
-        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
-
+    _key_routes(app, public)
     return app

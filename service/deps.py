@@ -1,28 +1,40 @@
-"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, store, dispatcher, keys with
-roles,
-and :class:`Scope`, the one place that decides which project's records a key may see and touch.
+"""Dependencies of the routes, as ``Annotated`` aliases: settings, session, artifact store, dispatcher, and
+keys with roles.
+
+Which project's records a key may see is decided in one place, :class:`clgate.store.scope.Scope`; the
+routes hand it to the store's queries (:func:`scope`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Annotated
 
 from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import ColumnElement, Select, exists, select, true
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from clgate.service.auth import has_role, verify
+from clgate.schemas.vocab import Role
 from clgate.service.dispatch import Dispatcher
 from clgate.service.errors import ApiError
 from clgate.store.artifacts import ArtifactStore
-from clgate.store.models import ApiKey, Artifact, Job, JobFile, Model, ProjectArtifact, Role
+from clgate.store.keys import actor, has_role, verify
+from clgate.store.models import ApiKey
+from clgate.store.scope import Scope
 from clgate.store.settings import Settings
 
-T = TypeVar("T")
+__all__ = [
+    "Admin",
+    "Approver",
+    "DispatcherDep",
+    "SessionDep",
+    "SettingsDep",
+    "StoreDep",
+    "Submitter",
+    "Viewer",
+    "actor",
+    "scope",
+]
 
 
 def get_settings(request: Request) -> Settings:
@@ -69,7 +81,7 @@ def current_key(
     return record
 
 
-def require(role: Role):
+def require(role: Role) -> Callable[[ApiKey], ApiKey]:
     def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
         if not has_role(key, role):
             raise ApiError(403, f"this action needs the {role.name} role (the key {key.id} has {key.role})")
@@ -88,89 +100,3 @@ Admin = Annotated[ApiKey, Depends(require(Role.admin))]
 def scope(key: ApiKey) -> Scope:
     """The scope of an authenticated key (each route has one through its role dependency)."""
     return Scope(key)
-
-
-def actor(key: ApiKey) -> str:
-    """How a key appears in the audit trail: ``key:<id>(<name>)``."""
-    return f"key:{key.id}({key.name})"
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What a key may see: its own project's records, or every project's for an admin key.
-
-    Every route reads records through these methods (``scope.get``, ``scope.where`` …): a record of
-    another project is answered exactly like a missing one (404), so keys cannot probe other projects.
-    """
-
-    key: ApiKey
-
-    @property
-    def project(self) -> str:
-        """The project new records of this key belong to."""
-        return self.key.project
-
-    @property
-    def everywhere(self) -> bool:
-        return has_role(self.key, Role.admin)
-
-    def visible(self, column: Any) -> ColumnElement[bool]:
-        """A condition on a ``project`` column: true for the records this key may see."""
-        return true() if self.everywhere else column == self.key.project
-
-    def where(self, query: Select, column: Any) -> Select:
-        return query.where(self.visible(column))
-
-    def get(self, session: Session, cls: type[T], ident: Any, what: str) -> T:
-        """The record ``ident`` of ``cls`` if this key may see it; 404 naming ``what`` otherwise."""
-        record = session.get(cls, ident)
-        if record is None or not (self.everywhere or record.project == self.key.project):
-            raise ApiError(404, f"no {what}")
-        return record
-
-    def job(self, session: Session, job_id: str, *, act: str | None = None) -> Job:
-        """The job ``job_id`` if this key may see it (404 otherwise); with ``act`` (what the key is about to
-        do to it) it must also be of the key's own project: an admin reads across projects but acts
-        within its own (403)."""
-        job = self.get(session, Job, job_id, f"job {job_id}")
-        if act is not None and job.project != self.key.project:
-            raise ApiError(
-                403, f"job {job_id} belongs to project {job.project!r}; {act} it with a key of that project"
-            )
-        return job
-
-    def artifact_visible(self) -> ColumnElement[bool]:
-        """A condition on :class:`Artifact` rows: uploaded by this key's project or a result file of one of
-        its jobs (any, for an admin)."""
-        if self.everywhere:
-            return true()
-        uploaded = exists().where(
-            ProjectArtifact.sha256 == Artifact.sha256, ProjectArtifact.project == self.key.project
-        )
-        produced = exists().where(
-            JobFile.sha256 == Artifact.sha256, JobFile.job_id == Job.id, Job.project == self.key.project
-        )
-        return uploaded | produced
-
-    def artifact(self, session: Session, digest: str) -> Artifact | None:
-        """The artifact ``digest`` if this key's project uploaded or produced it (any, for an admin)."""
-        return session.scalar(select(Artifact).where(Artifact.sha256 == digest, self.artifact_visible()))
-
-    def model(self, session: Session, name: str, *, claim: bool = False) -> Model | None:
-        """The model ``name``: 403 when another project owns it; with ``claim`` an unknown name becomes
-        this key's project's (the first job under a name claims it)."""
-        model = session.get(Model, name)
-        if model is None:
-            if not claim:
-                return None
-            try:
-                with session.begin_nested():  # two first jobs under one name: one claims it
-                    session.add(Model(name=name, project=self.key.project))
-            except IntegrityError:
-                pass
-            model = session.get(Model, name)
-        if model.project != self.key.project:
-            raise ApiError(
-                403, f"model {name!r} belongs to another project (this key's project is {self.key.project!r})"
-            )
-        return model

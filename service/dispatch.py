@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sqlalchemy import func, select
-
 from clgate.schemas.vocab import QUEUES
-from clgate.store.models import Job, JobState
+from clgate.store import stats
 from clgate.store.settings import Settings
 
 
@@ -43,13 +41,7 @@ class EmbeddedDispatcher:
 
     def queue_lengths(self) -> dict[str, int]:
         with self.sessions() as s:
-            rows = dict(
-                s.execute(
-                    select(Job.queue, func.count())
-                    .where(Job.state == JobState.queued.value)
-                    .group_by(Job.queue)
-                ).all()
-            )
+            rows = stats.queued_counts(s)
         return {q: int(rows.get(q, 0)) for q in QUEUES}
 
     def close(self) -> None:
@@ -64,6 +56,8 @@ class CeleryDispatcher:
     def __init__(self, settings: Settings) -> None:
         import redis
 
+        if settings.broker_url is None:
+            raise ValueError("the Celery dispatcher needs CLGATE_BROKER_URL")
         self.settings = settings
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 

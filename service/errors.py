@@ -1,4 +1,9 @@
-"""JSON errors with a reason: ``{"error": "<code>", "reason": "<sentence>", "problems": [...]}``."""
+"""JSON errors with a reason: ``{"error": "<code>", "reason": "<sentence>", "problems": [...]}``
+(:class:`clgate.schemas.api.ErrorBody`).
+
+A store query's refusal (:class:`clgate.store.errors.RecordError`) is answered with its status; an
+:class:`ApiError` is for what only HTTP knows (a missing key, a body over its limit).
+"""
 
 from __future__ import annotations
 
@@ -8,38 +13,14 @@ import sqlalchemy.exc
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from clgate.schemas.api import ERROR_CODES, ErrorBody
 from clgate.schemas.errors import problems_of
 from clgate.store.db import describe_db_error
+from clgate.store.errors import RecordError
 
 log = logging.getLogger("clgate.api")
-
-CODES = {
-    400: "bad_request",
-    401: "unauthenticated",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "conflict",
-    411: "length_required",
-    413: "too_large",
-    415: "unsupported_media_type",
-    422: "invalid",
-    500: "internal",
-    503: "unavailable",
-}
-
-
-class ErrorBody(BaseModel):
-    """Every error answer: a stable code, a sentence saying why, and the individual problems (field:
-    reason)."""
-
-    error: str = Field(description="Stable code: " + ", ".join(sorted(set(CODES.values()))))
-    reason: str
-    problems: list[str] = Field(default_factory=list)
-
 
 _WHY = {
     400: "Malformed request",
@@ -63,8 +44,11 @@ class ApiError(HTTPException):
         self.problems = problems or []
 
 
-def _body(status: int, reason: str, problems: list[str] | None = None) -> dict:
-    return {"error": CODES.get(status, "error"), "reason": reason, "problems": problems or []}
+def error_body(status: int, reason: str, problems: list[str] | None = None) -> dict:
+    """The JSON of an error answer with ``status`` (the one :class:`ErrorBody` of every error)."""
+    return ErrorBody(
+        error=ERROR_CODES.get(status, "error"), reason=reason, problems=problems or []
+    ).model_dump()
 
 
 def install(app: FastAPI) -> None:
@@ -72,16 +56,20 @@ def install(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         reason = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return JSONResponse(
-            _body(exc.status_code, reason, getattr(exc, "problems", None)),
+            error_body(exc.status_code, reason, getattr(exc, "problems", None)),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )
+
+    @app.exception_handler(RecordError)
+    async def _record(request: Request, exc: RecordError) -> JSONResponse:
+        return JSONResponse(error_body(exc.status, exc.reason, exc.problems), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = problems_of(exc.errors())
         reason = problems[0] if len(problems) == 1 else f"{len(problems)} problems in the request"
-        return JSONResponse(_body(422, reason, problems), status_code=422)
+        return JSONResponse(error_body(422, reason, problems), status_code=422)
 
     @app.exception_handler(sqlalchemy.exc.OperationalError)
     @app.exception_handler(sqlalchemy.exc.InterfaceError)
@@ -90,9 +78,9 @@ def install(app: FastAPI) -> None:
         """A locked, read-only, unreachable or exhausted database: 503 with the reason, never a 500."""
         reason = describe_db_error(exc)
         log.warning("database fault on %s %s: %s", request.method, request.url.path, reason)
-        return JSONResponse(_body(503, reason), status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse(error_body(503, reason), status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return JSONResponse(_body(500, f"internal error ({type(exc).__name__})"), status_code=500)
+        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__})"), status_code=500)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EXEMPT = frozenset({"/healthz", "/readyz"})
 # The largest ``skip`` of a listing (a 64-bit OFFSET overflows the database's integer).
@@ -101,7 +101,7 @@ class RequestGuard:
             return
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
@@ -180,11 +180,9 @@ def _depth(body: bytes) -> int:
 async def _refuse(send: Send, status: int, reason: str) -> None:
     import json
 
-    from clgate.service.errors import CODES
+    from clgate.service.errors import error_body
 
-    payload = json.dumps(
-        {"error": CODES.get(status, "error"), "reason": reason, "problems": [reason]}
-    ).encode()
+    payload = json.dumps(error_body(status, reason, [reason])).encode()
     await send(
         {
             "type": "http.response.start",

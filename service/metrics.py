@@ -10,7 +10,9 @@ So they are exported by exactly one process per deployment:
   (:func:`api_registry`: ``clgate_api_info`` and the ``process_*`` collector).
 - Embedded mode (one API process runs the jobs): the API's ``/metrics`` carries both.
 
-The collectors are registered on registries built here (never the global one).
+The collectors are registered on registries built here (never the global one); the quality gauges'
+names and help texts are the metric registry's (:attr:`clgate.metrics.registry.MetricInfo.gauge`), the
+aggregates come from :mod:`clgate.store.stats`.
 
 Names follow Prometheus conventions: fractions end in ``_ratio``, durations in ``_seconds``, counters
 in ``_total``; labels are bounded (model names are validated, worst classes are the worst
@@ -32,31 +34,22 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from clgate.metrics.registry import REGISTRY
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
-from clgate.store.models import DEFAULT_PROJECT, Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
+from clgate.store import stats
+from clgate.store.models import DEFAULT_PROJECT, as_utc, utcnow
 
 log = logging.getLogger("clgate.metrics")
 
 STATES = JOB_STATES
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 REGRESSION = "clgate_model_class_regression_ratio"
-HEADLINE = (  # (headline key, metric name, help)
-    ("acc", "clgate_model_accuracy_ratio", "Final mean task accuracy of the model's latest decision."),
-    ("mica", "clgate_model_mica_ratio", "Minimal incremental class accuracy (MICA) of the latest decision."),
-    ("wamica", "clgate_model_wamica_ratio", "Weighted average MICA (WAMICA) of the latest decision."),
-    ("min_acc", "clgate_model_min_acc_ratio", "Worst-moment task accuracy (min-ACC) of the latest decision."),
-    (
-        "class_regression",
-        REGRESSION,
-        (
-            "Largest drop of any class's accuracy against the model's baseline (latest decision); "
-            "class_name: that class."
-        ),
-    ),
+HEADLINE = tuple(  # (headline key, metric name, help): the metrics the registry exports as gauges
+    (m.id, m.gauge.name, m.gauge.help) for m in REGISTRY.values() if m.gauge is not None
 )
+assert REGRESSION in {name for _, name, _ in HEADLINE}
 
 
 class StoreCollector(Collector):
@@ -91,22 +84,7 @@ class StoreCollector(Collector):
         yield lengths
 
     def _models(self, s: Session) -> Iterator[Metric]:
-        latest = (
-            select(Decision.model_name, func.max(Decision.created_at).label("at"))
-            .group_by(Decision.model_name)
-            .subquery()
-        )
-        rows = s.execute(
-            select(
-                Decision.model_name,
-                Decision.verdict,
-                Decision.headline,
-                Decision.created_at,
-                Decision.project,
-            )
-            .join(latest, (latest.c.model_name == Decision.model_name) & (latest.c.at == Decision.created_at))
-            .order_by(Decision.model_name)
-        ).all()
+        rows = stats.latest_decisions(s)
         gauges = {
             key: GaugeMetricFamily(
                 name,
@@ -159,14 +137,7 @@ class StoreCollector(Collector):
         yield stamp
 
     def _decisions(self, s: Session) -> Iterator[Metric]:
-        counts = {
-            (p, v): n
-            for p, v, n in s.execute(
-                select(Decision.project, Decision.verdict, func.count()).group_by(
-                    Decision.project, Decision.verdict
-                )
-            )
-        }
+        counts = stats.decision_counts(s)
         total = CounterMetricFamily(
             "clgate_decisions",
             "Gate decisions recorded, by project and verdict.",
@@ -178,12 +149,7 @@ class StoreCollector(Collector):
         yield total
 
     def _jobs(self, s: Session) -> Iterator[Metric]:
-        counts = {
-            (st, q): n
-            for st, q, n in s.execute(
-                select(Job.state, Job.queue, func.count()).group_by(Job.state, Job.queue)
-            )
-        }
+        counts = stats.job_counts(s)
         jobs = GaugeMetricFamily(
             "clgate_jobs", "Jobs in the store, by state and queue.", labels=["state", "queue"]
         )
@@ -192,18 +158,10 @@ class StoreCollector(Collector):
                 jobs.add_metric([st, q], float(counts.get((st, q), 0)))
         yield jobs
 
-        cols = [func.sum(case((Job.duration_s <= b, 1), else_=0)) for b in DURATION_BUCKETS]
         hist = HistogramMetricFamily(
             "clgate_job_duration_seconds", "Run time of finished jobs (start to end).", labels=["mode"]
         )
-        rows = {
-            r[0]: r[1:]
-            for r in s.execute(
-                select(Job.mode, func.count(), func.coalesce(func.sum(Job.duration_s), 0.0), *cols)
-                .where(Job.duration_s.is_not(None))
-                .group_by(Job.mode)
-            )
-        }
+        rows = stats.durations(s, DURATION_BUCKETS)
         for mode in JOB_MODES:
             count, total, *cumulative = rows.get(mode, (0, 0.0, *([0] * len(DURATION_BUCKETS))))
             buckets = [
@@ -218,16 +176,14 @@ class StoreCollector(Collector):
             labels=["state"],
         )
         now = utcnow()
-        first_queued = s.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued.value))
-        first_running = s.scalar(select(func.min(Job.started_at)).where(Job.state == JobState.running.value))
-        for state, at in (("queued", first_queued), ("running", first_running)):
+        for state, at in stats.oldest(s).items():
             oldest.add_metric([state], max(0.0, (now - as_utc(at)).total_seconds()) if at else 0.0)
         yield oldest
 
     def _workers(self, s: Session) -> Iterator[Metric]:
         fresh = time.time() - self.worker_stale_s
         counts = dict.fromkeys(QUEUES, 0)
-        for hb in s.scalars(select(WorkerHeartbeat)):
+        for hb in stats.heartbeats(s):
             if as_utc(hb.last_seen).timestamp() >= fresh:
                 for q in hb.queues.split(","):
                     if q in counts:

@@ -30,6 +30,15 @@ assert {*NEED_REASONS, "continual"} == NEEDS
 
 
 @dataclass(frozen=True)
+class Gauge:
+    """How the service exports a metric's value in the latest decision of each model: the Prometheus
+    series name (a fraction ends in ``_ratio``) and its help text."""
+
+    name: str
+    help: str
+
+
+@dataclass(frozen=True)
 class MetricInfo:
     """What a metric id means.
 
@@ -55,6 +64,8 @@ class MetricInfo:
     (0: the function decides, as per-task values, which are null at the tasks they do not cover)."""
     inputs: tuple[str, ...] = ()
     """Ids this metric is computed from: their needs reach it through their values (weighed by options)."""
+    gauge: Gauge | None = None
+    """The Prometheus gauge of the metric's value in each model's latest decision (None: not exported)."""
 
     @property
     def hard_needs(self) -> frozenset[str]:
@@ -81,6 +92,7 @@ def _info(
     *,
     min_tasks: int | None = None,
     inputs: Sequence[str] = (),
+    gauge: Gauge | None = None,
 ) -> MetricInfo:
     unknown = set(needs) - NEEDS
     assert not unknown, unknown
@@ -98,6 +110,7 @@ def _info(
         compute,
         min_tasks,
         tuple(inputs),
+        gauge,
     )
 
 
@@ -120,6 +133,10 @@ _ENTRIES = [
         [],
         "Mean task accuracy over the tasks seen so far, at each task end.",
         steps.acc,
+        gauge=Gauge(
+            "clgate_model_accuracy_ratio",
+            "Final mean task accuracy of the model's latest decision.",
+        ),
     ),
     _info(
         "mica",
@@ -131,6 +148,10 @@ _ENTRIES = [
         [],
         "Accuracy of the worst class seen so far, at each task end.",
         steps.mica,
+        gauge=Gauge(
+            "clgate_model_mica_ratio",
+            "Minimal incremental class accuracy (MICA) of the latest decision.",
+        ),
     ),
     _info(
         "mica_old",
@@ -153,6 +174,10 @@ _ENTRIES = [
         [],
         "Mean MICA over tasks, penalised by its spread (1 - (max - min)).",
         steps.wamica,
+        gauge=Gauge(
+            "clgate_model_wamica_ratio",
+            "Weighted average MICA (WAMICA) of the latest decision.",
+        ),
     ),
     _info(
         "af",
@@ -338,6 +363,10 @@ _ENTRIES = [
         ["continual"],
         "Mean over old tasks of the lowest accuracy seen after the task was learned.",
         steps.min_acc,
+        gauge=Gauge(
+            "clgate_model_min_acc_ratio",
+            "Worst-moment task accuracy (min-ACC) of the latest decision.",
+        ),
     ),
     _info(
         "wc_acc",
@@ -383,6 +412,13 @@ _ENTRIES = [
         "Largest drop of a class's final accuracy from the baseline to this run.",
         steps.class_regression,
         min_tasks=0,
+        gauge=Gauge(
+            "clgate_model_class_regression_ratio",
+            (
+                "Largest drop of any class's accuracy against the model's baseline (latest decision); "
+                "class_name: that class."
+            ),
+        ),
     ),
 ]
 

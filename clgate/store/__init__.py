@@ -1,8 +1,12 @@
 """The record store shared by the workers and the API: SQL records, migrations, the artifact store, settings.
 
-:func:`open_store` is the one way to open it (database engine, sessions, artifact folder for some settings);
-:mod:`clgate.store.jobs` holds the queries that claim, progress, finish and record jobs. Nothing here
-imports FastAPI or Celery.
+:func:`open_store` is the one way to open it (database engine, sessions, artifact folder for some settings).
+Every query lives here, one module per record family — :mod:`~clgate.store.jobs`,
+:mod:`~clgate.store.decisions`, :mod:`~clgate.store.policies`, :mod:`~clgate.store.keys`,
+:mod:`~clgate.store.baselines`, :mod:`~clgate.store.audit`, :mod:`~clgate.store.uploads`,
+:mod:`~clgate.store.stats` — with the project scope (:mod:`~clgate.store.scope`) beside them; the API, the
+workers and the CLI call them and write no SQL of their own. A refused request is a
+:class:`clgate.store.errors.RecordError`. Nothing here imports FastAPI or Celery.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from clgate.store.models import AuditEvent, ChainHead, Decision, Job, Waiver, as
 GENESIS = "0" * 64
 
 # chain name → (record class, content columns, timestamp column)
-CHAINS: dict[str, tuple[type, tuple[str, ...], str]] = {
+CHAINS: dict[str, tuple[type[Decision] | type[Waiver] | type[AuditEvent], tuple[str, ...], str]] = {
     "decisions": (
         Decision,
         (

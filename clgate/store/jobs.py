@@ -1,25 +1,42 @@
-"""The queries that move a job through its life: claim, progress, finish, record, heartbeat.
+"""The queries of job rows: submit, read, cancel (the API); claim, progress, finish, record, heartbeat
+(the workers).
 
-The one place (with the routers' reads) that touches job rows. Workers — Celery tasks and the embedded
-executor alike — call these; none of them writes SQL of its own, so every executor finishes a job the
-same way and every state change leaves an audit event in the same transaction.
+The one place that touches job rows. Workers — Celery tasks and the embedded executor alike — and the
+API's routes call these; none of them writes SQL of its own, so every executor finishes a job the same
+way and every state change leaves an audit event in the same transaction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import case, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Row,
+    Select,
+    Update,
+    case,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from clgate.store import Store
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import audit, session_scope
+from clgate.store.errors import Conflict, Invalid, NotFound
 from clgate.store.models import (
     Artifact,
     Decision,
@@ -27,11 +44,13 @@ from clgate.store.models import (
     JobFile,
     JobState,
     Policy,
+    Waiver,
     WorkerHeartbeat,
     as_utc,
     utcnow,
 )
 from clgate.store.refs import find_refs
+from clgate.store.scope import Scope
 
 
 def worker_name() -> str:
@@ -163,6 +182,11 @@ def settle_unclaimed(store: Store, job_id: str, *, actor: str) -> str:
         return job.state
 
 
+def _run(s: Session, statement: Update) -> CursorResult[Any]:
+    """Execute an UPDATE (its result counts the rows it changed)."""
+    return cast("CursorResult[Any]", s.execute(statement))
+
+
 def hard_limit_reason(store: Store, running_s: float) -> str:
     return (
         f"hard time limit exceeded: ran {running_s:.0f} s "
@@ -218,7 +242,7 @@ def load_inputs(store: Store, job_id: str) -> JobInputs:
             mode=job.mode,
             spec=job.spec,
             log_refs=list(job.logs or []),
-            policy_document=s.get(Policy, job.policy_id).document,
+            policy_document=s.get_one(Policy, job.policy_id).document,
             model_name=job.model_name,
             baseline_job_id=job.baseline_job_id,
             source_job_id=job.source_job_id,
@@ -271,7 +295,7 @@ def record_decision(
     key on ``decisions.job_id``).
     """
     with session_scope(store.sessions) as s:
-        job = s.get(Job, job_id)
+        job = s.get_one(Job, job_id)
         if JobState(job.state).terminal:
             return JobState(job.state), job.error
         _register_files(s, store.artifacts, stored, job_id)
@@ -295,7 +319,7 @@ def record_decision(
 
 def job_state(store: Store, job_id: str) -> tuple[JobState, str | None]:
     with store.sessions() as s:
-        job = s.get(Job, job_id)
+        job = s.get_one(Job, job_id)
         return JobState(job.state), job.error
 
 
@@ -321,10 +345,11 @@ def forget(store: Store, hostname: str) -> None:
 def beat_job(store: Store, job_id: str, attempt: int) -> bool:
     """Record that attempt ``attempt`` of a running job is alive; ``False`` once the job left that attempt."""
     with session_scope(store.sessions) as s:
-        result = s.execute(
+        result = _run(
+            s,
             update(Job)
             .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
-            .values(heartbeat_at=utcnow())
+            .values(heartbeat_at=utcnow()),
         )
         return result.rowcount == 1
 
@@ -333,10 +358,11 @@ def release(store: Store, job_id: str, attempt: int, *, reason: str, actor: str)
     """Put attempt ``attempt`` of a running job back to ``queued`` (a transient fault, retried): no worker
     loss."""
     with session_scope(store.sessions) as s:
-        result = s.execute(
+        result = _run(
+            s,
             update(Job)
             .where(Job.id == job_id, Job.state == JobState.running.value, Job.attempts == attempt)
-            .values(state=JobState.queued.value, heartbeat_at=None)
+            .values(state=JobState.queued.value, heartbeat_at=None),
         )
         if result.rowcount == 1:
             audit(s, actor, "job.retry", "job", job_id, attempt=attempt, reason=reason)
@@ -440,3 +466,177 @@ def queued_jobs(store: Store, *, older_than_s: float) -> list[tuple[str, str]]:
             .order_by(Job.created_at)
         ).all()
     return [(job_id, queue) for job_id, queue, created in rows if as_utc(created).timestamp() <= cutoff]
+
+
+# ---------------------------------------------------------------------- the API's reads and writes
+class PolicyName(NamedTuple):
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job as the API answers it: the record (its attributes read through), its policy's name and
+    version, its verdict (once decided) and whether a waiver of it is in force."""
+
+    record: Job
+    policy: PolicyName
+    verdict: str | None
+    waived: bool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.record, name)
+
+
+def waiver_in_force() -> ColumnElement[bool]:
+    """A waiver counts while it has not expired (one that expired sets ``waived`` no more)."""
+    return (Waiver.expires_at.is_(None)) | (Waiver.expires_at > utcnow())
+
+
+def _views(where: Scope) -> Select:
+    waived = exists().where(Waiver.job_id == Job.id, waiver_in_force())
+    query = (
+        select(Job, Policy.name, Policy.version, Decision.verdict, waived.label("waived"))
+        .join(Policy, Policy.id == Job.policy_id)
+        .outerjoin(Decision, Decision.job_id == Job.id)
+    )
+    return where.where(query, Job.project)
+
+
+def _view(row: Row) -> JobView:
+    job, policy_name, policy_version, verdict, waived = row
+    return JobView(job, PolicyName(policy_name, policy_version), verdict, bool(waived))
+
+
+def view(session: Session, where: Scope, job_id: str) -> JobView:
+    """The job ``job_id`` as ``where`` sees it; :class:`NotFound` otherwise."""
+    row = session.execute(_views(where).where(Job.id == job_id)).first()
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    return _view(row)
+
+
+def page(
+    session: Session,
+    where: Scope,
+    *,
+    state: str | None = None,
+    mode: str | None = None,
+    model_name: str | None = None,
+    verdict: str | None = None,
+    skip: int = 0,
+    limit: int = 100,
+) -> tuple[list[JobView], int]:
+    """One page of the jobs ``where`` sees (newest first), with the filters, and the total."""
+    q = _views(where)
+    if state:
+        q = q.where(Job.state == state)
+    if mode:
+        q = q.where(Job.mode == mode)
+    if model_name:
+        q = q.where(Job.model_name == model_name)
+    if verdict:
+        q = q.where(Decision.verdict == verdict)
+    count = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    rows = session.execute(q.order_by(Job.created_at.desc(), Job.id).offset(skip).limit(limit)).all()
+    return [_view(r) for r in rows], count
+
+
+def idempotent(
+    session: Session, key_id: str, header: str | None, request: dict[str, Any]
+) -> tuple[str | None, str | None, Job | None]:
+    """(stored key, request digest, the job an earlier request with this ``Idempotency-Key`` created)."""
+    if header is None:
+        return None, None, None
+    if not header or len(header) > 200 or not header.isprintable():
+        raise Invalid("Idempotency-Key: must be 1 to 200 printable characters")
+    scoped = f"{key_id}:{header}"
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
+    earlier = session.scalar(select(Job).where(Job.idempotency_key == scoped))
+    if earlier is not None and earlier.request_sha256 != digest:
+        raise Invalid("Idempotency-Key: already used for a different request (use a new key per request)")
+    return scoped, digest, earlier
+
+
+def insert(session: Session, job: Job, *, actor: str, details: dict[str, Any]) -> tuple[Job, bool]:
+    """Add a new job with its ``job.submitted`` event (not committed): ``(job, True)``; or, when a concurrent
+    request with the same ``Idempotency-Key`` created it first, ``(that job, False)``."""
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:  # the same Idempotency-Key submitted concurrently: the other request created it
+        session.rollback()
+        earlier = session.scalar(select(Job).where(Job.idempotency_key == job.idempotency_key))
+        if earlier is None or earlier.request_sha256 != job.request_sha256:
+            raise Conflict("Idempotency-Key: a concurrent request with this key is being processed") from None
+        return earlier, False
+    audit(session, actor, "job.submitted", "job", job.id, **details)
+    return job, True
+
+
+def regate_source(session: Session, where: Scope, job_id: str) -> Job:
+    """The job whose logs a re-gate of ``job_id`` gates again: ``job_id`` itself, or its own source when it
+    is a re-gate; it must have succeeded (:class:`Conflict`)."""
+    source = where.job(session, job_id, act="re-gate")
+    if source.state != JobState.succeeded.value:
+        raise Conflict(f"job {job_id} is {source.state}; only a succeeded job can be gated again")
+    if source.mode == "regate" and source.source_job_id:
+        source = where.job(session, source.source_job_id)
+    return source
+
+
+def cancel(session: Session, where: Scope, job_id: str, *, actor: str) -> None:
+    """Ask for the job to stop (a queued job is cancelled at once); the caller commits."""
+    job = where.job(session, job_id)
+    if JobState(job.state).terminal:
+        raise Conflict(f"job {job_id} already {job.state}")
+    job.cancel_requested = True
+    audit(session, actor, "job.cancel_requested", "job", job_id, state=job.state)
+    if job.state == JobState.queued.value:
+        job.state, job.error = JobState.cancelled.value, "cancelled before it started"
+        job.finished_at = utcnow()
+        audit(session, actor, "job.cancelled", "job", job_id)
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A result file of a job, and where the API serves it."""
+
+    job_id: str
+    name: str
+    sha256: str
+    size: int
+
+    @property
+    def url(self) -> str:
+        return f"/v1/jobs/{self.job_id}/results/{self.name}"
+
+
+def result_files(session: Session, where: Scope, job_id: str) -> list[ResultFile]:
+    """The result files of the job ``job_id`` that ``where`` sees, by name."""
+    where.job(session, job_id)
+    rows = session.execute(
+        select(JobFile.name, JobFile.sha256, Artifact.size)
+        .join(Artifact, Artifact.sha256 == JobFile.sha256)
+        .where(JobFile.job_id == job_id)
+        .order_by(JobFile.name)
+    ).all()
+    return [ResultFile(job_id, name, sha, size) for name, sha, size in rows]
+
+
+def result_file(session: Session, where: Scope, job_id: str, name: str) -> JobFile:
+    """The result ``name`` of the job ``job_id`` (``log``: its first evaluation log); :class:`NotFound`."""
+    where.job(session, job_id)
+    row: JobFile | None
+    if name == "log":  # the first (or only) evaluation log
+        row = session.scalar(
+            select(JobFile)
+            .where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
+            .order_by(JobFile.name)
+            .limit(1)
+        )
+    else:
+        row = session.get(JobFile, (job_id, name))
+    if row is None:
+        raise NotFound(f"job {job_id} has no result {name!r} (see /v1/jobs/{job_id}/results)")
+    return row

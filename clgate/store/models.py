@@ -12,9 +12,8 @@ events. :data:`DEFAULT_PROJECT` holds what existed before projects and what sing
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 from sqlalchemy import (
     JSON,
@@ -50,15 +49,6 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
-class Role(enum.IntEnum):
-    """Ordered: a key with a role may do everything the lower roles may."""
-
-    viewer = 1
-    submitter = 2
-    approver = 3
-    admin = 4
-
-
 class ApiKey(Base):
     __tablename__ = "api_keys"
 
@@ -80,6 +70,11 @@ class Artifact(Base):
     filename: Mapped[str | None] = mapped_column(String(255), nullable=True)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     created_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+    @property
+    def ref(self) -> str:
+        """How job specs and the API name the artifact: ``sha256:<64 hex>``."""
+        return f"sha256:{self.sha256}"
 
 
 class ProjectArtifact(Base):
@@ -272,6 +267,12 @@ for _cls in (Decision, Waiver, AuditEvent):
     event.listen(_cls, "before_delete", _refuse_change)
 
 
+@overload
+def as_utc(value: dt.datetime) -> dt.datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+@overload
+def as_utc(value: dt.datetime | None) -> dt.datetime | None: ...
 def as_utc(value: dt.datetime | None) -> dt.datetime | None:
     """SQLite returns naive datetimes; every stored time is UTC."""
     if value is None or value.tzinfo is not None:

@@ -7,29 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse
-from sqlalchemy import func, select
 
 from clgate.schemas.api import ArtifactKind, ArtifactPublic, ArtifactsPublic
 from clgate.service.deps import SessionDep, SettingsDep, StoreDep, Submitter, Viewer, actor, scope
 from clgate.service.errors import ApiError
 from clgate.service.limits import MAX_SKIP
+from clgate.store import uploads
 from clgate.store.artifacts import ArtifactTooLarge, DigestMismatch, parse_ref
-from clgate.store.db import audit, session_scope
-from clgate.store.models import Artifact, ProjectArtifact
 
 router = APIRouter(prefix="/artifacts", tags=["artifacts"])
-
-
-def to_public(a: Artifact) -> ArtifactPublic:
-    return ArtifactPublic(
-        sha256=a.sha256,
-        ref=f"sha256:{a.sha256}",
-        size=a.size,
-        kind=a.kind,
-        filename=a.filename,
-        created_at=a.created_at,
-        created_by=a.created_by,
-    )
 
 
 def _digest(ref: str) -> str:
@@ -79,39 +65,16 @@ async def upload_artifact(
     if stored.size == 0:
         raise ApiError(422, "empty upload: send the file as the request body")
 
-    project = scope(key).project
-
-    def record() -> tuple[Artifact, bool]:
-        with session_scope(request.app.state.sessions) as s:
-            existing = s.get(Artifact, stored.sha256)
-            granted = existing is not None and s.get(ProjectArtifact, (project, stored.sha256)) is not None
-            if existing is None:
-                existing = Artifact(
-                    sha256=stored.sha256,
-                    size=stored.size,
-                    kind=kind,
-                    filename=filename,
-                    created_by=actor(key),
-                )
-                s.add(existing)
-                s.flush()
-            if not granted:  # the project has the content now (uploading it proves it)
-                s.add(ProjectArtifact(project=project, sha256=stored.sha256))
-                audit(
-                    s,
-                    actor(key),
-                    "artifact.uploaded",
-                    "artifact",
-                    stored.sha256,
-                    project=project,
-                    size=stored.size,
-                    kind=kind,
-                    filename=filename,
-                )
-            return existing, not granted
-
-    artifact, created = await run_in_threadpool(record)
-    body = to_public(artifact)
+    artifact, created = await run_in_threadpool(
+        uploads.record_upload,
+        request.app.state.sessions,
+        stored,
+        project=scope(key).project,
+        kind=kind,
+        filename=filename,
+        actor=actor(key),
+    )
+    body = ArtifactPublic.model_validate(artifact)
     if created:
         return body
     return JSONResponse(body.model_dump(mode="json"), status_code=200)
@@ -125,27 +88,20 @@ def list_artifacts(
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
-    q = select(Artifact).where(scope(key).artifact_visible())
-    if kind:
-        q = q.where(Artifact.kind == kind)
-    count = session.scalar(select(func.count()).select_from(q.subquery()))
-    rows = session.scalars(q.order_by(Artifact.created_at.desc()).offset(skip).limit(limit)).all()
-    return ArtifactsPublic(data=[to_public(a) for a in rows], count=count)
+    rows, count = uploads.page(session, scope(key), kind=kind, skip=skip, limit=limit)
+    return ArtifactsPublic(data=[ArtifactPublic.model_validate(a) for a in rows], count=count)
 
 
 @router.get("/{ref}", response_model=ArtifactPublic, summary="Artifact metadata")
 def get_artifact(ref: str, session: SessionDep, key: Viewer):
-    a = scope(key).artifact(session, _digest(ref))
-    if a is None:
-        raise ApiError(404, f"no artifact sha256:{_digest(ref)}")
-    return to_public(a)
+    return ArtifactPublic.model_validate(uploads.get(session, scope(key), _digest(ref)))
 
 
 @router.get("/{ref}/content", summary="Download an artifact by hash", response_class=FileResponse)
 def download_artifact(ref: str, session: SessionDep, store: StoreDep, key: Viewer):
     digest = _digest(ref)
-    a = scope(key).artifact(session, digest)
-    if a is None or not store.exists(digest):
+    a = uploads.get(session, scope(key), digest)
+    if not store.exists(digest):
         raise ApiError(404, f"no artifact sha256:{digest}")
     return FileResponse(
         store.path(digest),

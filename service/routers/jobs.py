@@ -3,27 +3,21 @@ waivers."""
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
 import logging
 import mimetypes
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, status
 from fastapi.responses import FileResponse
-from sqlalchemy import Select, exists, func, select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from clgate.schemas.api import (
     DecisionPublic,
     JobCreate,
-    JobProgress,
     JobPublic,
     JobsPublic,
     Mode,
-    PolicyRef,
     RegateCreate,
     ResultFilePublic,
     ResultsPublic,
@@ -37,7 +31,6 @@ from clgate.schemas.job import JobSpec, JobSpecError
 from clgate.service.deps import (
     Approver,
     DispatcherDep,
-    Scope,
     SessionDep,
     StoreDep,
     Submitter,
@@ -45,24 +38,14 @@ from clgate.service.deps import (
     actor,
     scope,
 )
+from clgate.service.dispatch import Dispatcher
 from clgate.service.errors import ApiError
 from clgate.service.limits import MAX_SKIP
-from clgate.service.routers.policies import find as find_policy
+from clgate.store import baselines, decisions, jobs, policies
 from clgate.store.artifacts import ArtifactNotFound, ArtifactStore
-from clgate.store.db import audit
-from clgate.store.models import (
-    Artifact,
-    Baseline,
-    Decision,
-    Job,
-    JobFile,
-    JobState,
-    Policy,
-    Waiver,
-    as_utc,
-    utcnow,
-)
+from clgate.store.models import ApiKey, Job
 from clgate.store.refs import check_paths, find_refs, resolve_refs
+from clgate.store.scope import Scope
 
 log = logging.getLogger("clgate.api")
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -75,67 +58,6 @@ MEDIA = {
     ".xml": "application/xml",
     ".html": "text/html; charset=utf-8",
 }
-
-
-def waiver_in_force():
-    """A waiver counts while it has not expired (one that expired sets ``waived`` no more)."""
-    return (Waiver.expires_at.is_(None)) | (Waiver.expires_at > utcnow())
-
-
-def _query() -> Select:
-    waived = exists().where(Waiver.job_id == Job.id, waiver_in_force())
-    return (
-        select(Job, Policy.name, Policy.version, Decision.verdict, waived.label("waived"))
-        .join(Policy, Policy.id == Job.policy_id)
-        .outerjoin(Decision, Decision.job_id == Job.id)
-    )
-
-
-def _public(row) -> JobPublic:
-    job, policy_name, policy_version, verdict, waived = row
-    return JobPublic(
-        id=job.id,
-        mode=job.mode,
-        queue=job.queue,
-        model_name=job.model_name,
-        state=job.state,
-        progress=JobProgress(**(job.progress or {})),
-        policy=PolicyRef(name=policy_name, version=policy_version),
-        policy_id=job.policy_id,
-        baseline_job_id=job.baseline_job_id,
-        source_job_id=job.source_job_id,
-        cancel_requested=job.cancel_requested,
-        attempts=job.attempts,
-        error=job.error,
-        submitted_by=job.submitted_by,
-        worker=job.worker,
-        created_at=as_utc(job.created_at),
-        started_at=as_utc(job.started_at),
-        finished_at=as_utc(job.finished_at),
-        duration_s=job.duration_s,
-        verdict=verdict,
-        waived=bool(waived),
-        project=job.project,
-    )
-
-
-def load_public(session: Session, job_id: str, where: Scope) -> JobPublic:
-    row = session.execute(where.where(_query().where(Job.id == job_id), Job.project)).first()
-    if row is None:
-        raise ApiError(404, f"no job {job_id}")
-    return _public(row)
-
-
-def _baseline(session: Session, where: Scope, choice: str, model_name: str) -> str | None:
-    if choice == "none":
-        return None
-    if choice == "model":
-        b = session.get(Baseline, model_name)
-        return b.job_id if b else None
-    job = session.scalar(select(Job).where(Job.id == choice, Job.project == where.project))
-    if job is None or job.state != JobState.succeeded.value:
-        raise ApiError(422, f"baseline: job {choice} does not exist in this project or has not succeeded")
-    return job.id
 
 
 def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobCreate) -> dict:
@@ -161,7 +83,7 @@ def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobC
     return spec
 
 
-def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
+def _enqueue(session: Session, dispatcher: Dispatcher, job: Job) -> None:
     """Record the job and hand it to the executor, atomically for the client: it gets the id or no job exists.
 
     Celery: the message is sent inside the transaction that inserts the job and the transaction commits
@@ -186,39 +108,27 @@ def _enqueue(session: Session, dispatcher, job: Job, who: str) -> None:
     session.commit()
 
 
-def _idempotent(
-    session: Session, key, header: str | None, request: dict
-) -> tuple[str | None, str | None, Job | None]:
-    """(stored key, request digest, the job an earlier request with this ``Idempotency-Key`` created)."""
-    if header is None:
-        return None, None, None
-    if not header or len(header) > 200 or not header.isprintable():
-        raise ApiError(422, "Idempotency-Key: must be 1 to 200 printable characters")
-    scoped = f"{key.id}:{header}"
-    digest = hashlib.sha256(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()
-    earlier = session.scalar(select(Job).where(Job.idempotency_key == scoped))
-    if earlier is not None and earlier.request_sha256 != digest:
-        raise ApiError(
-            422, "Idempotency-Key: already used for a different request (use a new key per request)"
-        )
-    return scoped, digest, earlier
-
-
-def _create(session: Session, dispatcher, job: Job, who: str, where: Scope, audit_fields: dict) -> JobPublic:
-    session.add(job)
-    try:
-        session.flush()
-    except IntegrityError:  # the same Idempotency-Key submitted concurrently: the other request created it
-        session.rollback()
-        earlier = session.scalar(select(Job).where(Job.idempotency_key == job.idempotency_key))
-        if earlier is None or earlier.request_sha256 != job.request_sha256:
-            raise ApiError(
-                409, "Idempotency-Key: a concurrent request with this key is being processed"
-            ) from None
-        return load_public(session, earlier.id, where)
-    audit(session, who, "job.submitted", "job", job.id, **audit_fields)
-    _enqueue(session, dispatcher, job, who)
-    return load_public(session, job.id, where)
+def _submit(
+    session: Session,
+    dispatcher: Dispatcher,
+    key: ApiKey,
+    idempotency_key: str | None,
+    request: dict[str, Any],
+    build: Callable[[Scope], tuple[Job, dict[str, Any]]],
+) -> JobPublic:
+    """The one path of a new job (submit and re-gate): an ``Idempotency-Key`` retry gets the first job;
+    otherwise ``build`` checks the request and makes the job and its audit fields, and the job is recorded
+    and handed to the executor."""
+    where = scope(key)
+    scoped, digest, earlier = jobs.idempotent(session, key.id, idempotency_key, request)
+    if earlier is None:
+        job, details = build(where)
+        job.project, job.submitted_by, job.progress = where.project, actor(key), {}
+        job.idempotency_key, job.request_sha256 = scoped, digest
+        earlier, created = jobs.insert(session, job, actor=actor(key), details=details)
+        if created:
+            _enqueue(session, dispatcher, job)
+    return JobPublic.model_validate(jobs.view(session, where, earlier.id))
 
 
 IdempotencyKey = Annotated[
@@ -245,53 +155,42 @@ def submit_job(
     key: Submitter,
     idempotency_key: IdempotencyKey = None,
 ):
-    where = scope(key)
-    scoped, digest, earlier = _idempotent(
-        session, key, idempotency_key, {"submit": body.model_dump(mode="json")}
-    )
-    if earlier is not None:
-        return load_public(session, earlier.id, where)
-    where.model(session, body.model_name, claim=True)
-    policy = find_policy(session, body.policy, where.project)
-    spec = None
-    if body.mode == "metrics":
-        missing = [r for r in body.logs if where.artifact(session, r.removeprefix("sha256:")) is None]
-        if missing:
-            raise ApiError(
-                422,
-                f"logs: artifact {missing[0]} does not exist (upload it first)",
-                problems=[f"logs: artifact {r} does not exist" for r in missing],
-            )
-    else:
-        spec = _check_spec(session, store, where, body)
-    baseline = _baseline(session, where, body.baseline, body.model_name)
-    job = Job(
-        project=where.project,
-        mode=body.mode,
-        queue=body.queue,
-        model_name=body.model_name,
-        spec=spec,
-        logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
-        policy_id=policy.id,
-        baseline_job_id=baseline,
-        submitted_by=actor(key),
-        progress={},
-        idempotency_key=scoped,
-        request_sha256=digest,
-    )
-    return _create(
-        session,
-        dispatcher,
-        job,
-        actor(key),
-        where,
-        {
+    def build(where: Scope) -> tuple[Job, dict[str, Any]]:
+        where.model(session, body.model_name, claim=True)
+        policy = policies.find(session, body.policy.name, body.policy.version, where.project)
+        spec = None
+        if body.mode == "metrics":
+            missing = [
+                r for r in body.logs or [] if where.artifact(session, r.removeprefix("sha256:")) is None
+            ]
+            if missing:
+                raise ApiError(
+                    422,
+                    f"logs: artifact {missing[0]} does not exist (upload it first)",
+                    problems=[f"logs: artifact {r} does not exist" for r in missing],
+                )
+        else:
+            spec = _check_spec(session, store, where, body)
+        baseline = baselines.resolve(session, where, body.baseline, body.model_name)
+        job = Job(
+            mode=body.mode,
+            queue=body.queue,
+            model_name=body.model_name,
+            spec=spec,
+            logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
+            policy_id=policy.id,
+            baseline_job_id=baseline,
+        )
+        details = {
             "mode": job.mode,
             "model_name": job.model_name,
             "policy": f"{policy.name}@{policy.version}",
             "baseline_job_id": baseline,
-        },
-    )
+        }
+        return job, details
+
+    request = {"submit": body.model_dump(mode="json")}
+    return _submit(session, dispatcher, key, idempotency_key, request, build)
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs (newest first) with filters and pagination")
@@ -305,23 +204,22 @@ def list_jobs(
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ):
-    q = scope(key).where(_query(), Job.project)
-    if state:
-        q = q.where(Job.state == state)
-    if mode:
-        q = q.where(Job.mode == mode)
-    if model_name:
-        q = q.where(Job.model_name == model_name)
-    if verdict:
-        q = q.where(Decision.verdict == verdict)
-    count = session.scalar(select(func.count()).select_from(q.subquery()))
-    rows = session.execute(q.order_by(Job.created_at.desc(), Job.id).offset(skip).limit(limit)).all()
-    return JobsPublic(data=[_public(r) for r in rows], count=count)
+    rows, count = jobs.page(
+        session,
+        scope(key),
+        state=state,
+        mode=mode,
+        model_name=model_name,
+        verdict=verdict,
+        skip=skip,
+        limit=limit,
+    )
+    return JobsPublic(data=[JobPublic.model_validate(r) for r in rows], count=count)
 
 
 @router.get("/{job_id}", response_model=JobPublic, summary="One job: state, progress, timestamps, error")
 def get_job(job_id: str, session: SessionDep, key: Viewer):
-    return load_public(session, job_id, scope(key))
+    return JobPublic.model_validate(jobs.view(session, scope(key), job_id))
 
 
 @router.post(
@@ -331,35 +229,15 @@ def get_job(job_id: str, session: SessionDep, key: Viewer):
     summary="Cancel a job (queued: at once; running: at its next iteration, keeping a partial log)",
 )
 def cancel_job(job_id: str, session: SessionDep, key: Submitter):
-    job = scope(key).job(session, job_id)
-    if JobState(job.state).terminal:
-        raise ApiError(409, f"job {job_id} already {job.state}")
-    job.cancel_requested = True
-    audit(session, actor(key), "job.cancel_requested", "job", job_id, state=job.state)
-    if job.state == JobState.queued.value:
-        job.state, job.error = JobState.cancelled.value, "cancelled before it started"
-        job.finished_at = utcnow()
-        audit(session, actor(key), "job.cancelled", "job", job_id)
+    jobs.cancel(session, scope(key), job_id, actor=actor(key))
     session.commit()
-    return load_public(session, job_id, scope(key))
+    return JobPublic.model_validate(jobs.view(session, scope(key), job_id))
 
 
 @router.get("/{job_id}/results", response_model=ResultsPublic, summary="The result files of a job")
 def list_results(job_id: str, session: SessionDep, key: Viewer):
-    scope(key).job(session, job_id)
-    rows = session.execute(
-        select(JobFile.name, JobFile.sha256, Artifact.size)
-        .join(Artifact, Artifact.sha256 == JobFile.sha256)
-        .where(JobFile.job_id == job_id)
-        .order_by(JobFile.name)
-    ).all()
-    return ResultsPublic(
-        job_id=job_id,
-        files=[
-            ResultFilePublic(name=n, sha256=sha, size=size, url=f"/v1/jobs/{job_id}/results/{n}")
-            for n, sha, size in rows
-        ],
-    )
+    files = jobs.result_files(session, scope(key), job_id)
+    return ResultsPublic(job_id=job_id, files=[ResultFilePublic.model_validate(f) for f in files])
 
 
 @router.get(
@@ -370,18 +248,7 @@ def list_results(job_id: str, session: SessionDep, key: Viewer):
     ),
 )
 def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key: Viewer):
-    scope(key).job(session, job_id)
-    if name == "log":  # the first (or only) evaluation log
-        row = session.scalar(
-            select(JobFile)
-            .where(JobFile.job_id == job_id, JobFile.name.like("logs/%"))
-            .order_by(JobFile.name)
-            .limit(1)
-        )
-    else:
-        row = session.get(JobFile, (job_id, name))
-    if row is None:
-        raise ApiError(404, f"job {job_id} has no result {name!r} (see /v1/jobs/{job_id}/results)")
+    row = jobs.result_file(session, scope(key), job_id, name)
     suffix = "." + row.name.rsplit(".", 1)[-1] if "." in row.name else ""
     media = MEDIA.get(suffix) or mimetypes.guess_type(row.name)[0] or "application/octet-stream"
     try:
@@ -395,47 +262,11 @@ def get_result(job_id: str, name: str, session: SessionDep, store: StoreDep, key
     )
 
 
-def _decision(session: Session, where: Scope, job_id: str) -> Decision:
-    where.job(session, job_id)
-    d = session.scalar(select(Decision).where(Decision.job_id == job_id))
-    if d is None:
-        raise ApiError(404, f"job {job_id} has no decision (yet)")
-    return d
-
-
-def _waiver_public(w: Waiver) -> WaiverPublic:
-    return WaiverPublic(
-        id=w.id,
-        job_id=w.job_id,
-        decision_id=w.decision_id,
-        justification=w.justification,
-        approver=w.approver,
-        created_at=as_utc(w.created_at),
-        expires_at=as_utc(w.expires_at),
-        record_hash=w.record_hash,
-    )
-
-
 @router.get(
     "/{job_id}/decision", response_model=DecisionPublic, summary="The job's gate decision and its waivers"
 )
 def get_decision(job_id: str, session: SessionDep, key: Viewer):
-    d = _decision(session, scope(key), job_id)
-    waivers = session.scalars(
-        select(Waiver).where(Waiver.decision_id == d.id).order_by(Waiver.created_at)
-    ).all()
-    return DecisionPublic(
-        id=d.id,
-        job_id=d.job_id,
-        policy_id=d.policy_id,
-        model_name=d.model_name,
-        verdict=d.verdict,
-        headline=d.headline,
-        document=d.document,
-        created_at=as_utc(d.created_at),
-        record_hash=d.record_hash,
-        waivers=[_waiver_public(w) for w in waivers],
-    )
+    return DecisionPublic.model_validate(decisions.view(session, scope(key), job_id))
 
 
 @router.post(
@@ -452,54 +283,32 @@ def regate_job(
     key: Submitter,
     idempotency_key: IdempotencyKey = None,
 ):
-    where = scope(key)
-    scoped, digest, earlier = _idempotent(
-        session, key, idempotency_key, {"regate": job_id, **body.model_dump(mode="json")}
-    )
-    if earlier is not None:
-        return load_public(session, earlier.id, where)
-    source = where.job(session, job_id, act="re-gate")
-    if source.state != JobState.succeeded.value:
-        raise ApiError(409, f"job {job_id} is {source.state}; only a succeeded job can be gated again")
-    if source.mode == "regate" and source.source_job_id:
-        source = where.job(session, source.source_job_id)
-    policy = find_policy(session, body.policy, where.project)
-    baseline = (
-        source.baseline_job_id
-        if body.baseline == "same"
-        else _baseline(session, where, body.baseline, source.model_name)
-    )
-    job = Job(
-        project=where.project,
-        mode="regate",
-        queue=queue_for("regate"),
-        model_name=source.model_name,
-        policy_id=policy.id,
-        baseline_job_id=baseline,
-        source_job_id=source.id,
-        submitted_by=actor(key),
-        progress={},
-        idempotency_key=scoped,
-        request_sha256=digest,
-    )
-    return _create(
-        session,
-        dispatcher,
-        job,
-        actor(key),
-        where,
-        {
+    def build(where: Scope) -> tuple[Job, dict[str, Any]]:
+        source = jobs.regate_source(session, where, job_id)
+        policy = policies.find(session, body.policy.name, body.policy.version, where.project)
+        baseline = (
+            source.baseline_job_id
+            if body.baseline == "same"
+            else baselines.resolve(session, where, body.baseline, source.model_name)
+        )
+        job = Job(
+            mode="regate",
+            queue=queue_for("regate"),
+            model_name=source.model_name,
+            policy_id=policy.id,
+            baseline_job_id=baseline,
+            source_job_id=source.id,
+        )
+        details = {
             "mode": "regate",
             "source_job_id": source.id,
             "policy": f"{policy.name}@{policy.version}",
             "baseline_job_id": baseline,
-        },
-    )
+        }
+        return job, details
 
-
-def submitted_by_key(job: Job, key) -> bool:
-    """Whether ``key`` submitted ``job`` (its ``submitted_by`` is ``key:<id>(<name>)``)."""
-    return (job.submitted_by or "").startswith(f"key:{key.id}(")
+    request = {"regate": job_id, **body.model_dump(mode="json")}
+    return _submit(session, dispatcher, key, idempotency_key, request, build)
 
 
 @router.post(
@@ -509,51 +318,13 @@ def submitted_by_key(job: Job, key) -> bool:
     summary="Record a justified waiver of a FAIL (the decision itself is never edited)",
 )
 def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: Approver):
-    where = scope(key)
-    job = where.job(session, job_id, act="waive")
-    d = _decision(session, where, job_id)
-    source = session.get(Job, job.source_job_id) if job.source_job_id else None
-    if submitted_by_key(job, key) or (source is not None and submitted_by_key(source, key)):
-        raise ApiError(
-            403, "separation of duties: an approver cannot waive a job they submitted (or re-gated)"
-        )
-    if d.verdict != "FAIL":
-        raise ApiError(409, f"only a FAIL can be waived; job {job_id}'s verdict is {d.verdict}")
-    expires = body.expires_at
-    if expires is not None:  # stored in UTC (a time without offset is UTC)
-        expires = expires.replace(tzinfo=dt.UTC) if expires.tzinfo is None else expires.astimezone(dt.UTC)
-    if expires is not None and expires <= utcnow():
-        raise ApiError(422, "expires_at: the waiver would have expired already")
-    w = Waiver(
-        project=job.project,
-        decision_id=d.id,
-        job_id=job_id,
-        justification=body.justification,
-        approver=actor(key),
-        expires_at=expires,
-    )
-    session.add(w)
-    session.flush()
-    audit(
-        session,
-        actor(key),
-        "waiver.recorded",
-        "job",
-        job_id,
-        waiver_id=w.id,
-        decision_id=d.id,
-        verdict=d.verdict,
-        justification=body.justification,
-        expires_at=expires.isoformat() if expires else None,
+    w = decisions.waive(
+        session, scope(key), job_id, justification=body.justification, expires_at=body.expires_at
     )
     session.commit()
-    return _waiver_public(w)
+    return WaiverPublic.model_validate(w)
 
 
 @router.get("/{job_id}/waivers", response_model=list[WaiverPublic], summary="Waivers of the job's decision")
 def list_waivers(job_id: str, session: SessionDep, key: Viewer):
-    scope(key).job(session, job_id)
-    return [
-        _waiver_public(w)
-        for w in session.scalars(select(Waiver).where(Waiver.job_id == job_id).order_by(Waiver.created_at))
-    ]
+    return [WaiverPublic.model_validate(w) for w in decisions.waivers(session, scope(key), job_id)]

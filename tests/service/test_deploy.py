@@ -12,6 +12,7 @@ import pytest
 import typer.main
 import yaml
 
+from clgate.service.metrics import HEADLINE
 from clgate.store.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,6 +157,7 @@ def test_prometheus_alertmanager_grafana_configs():
     dash = json.loads((DEPLOY / "grafana" / "dashboards" / "clgate.json").read_text())
     exported = set(re.findall(r'"(clgate_[a-z_]+)"', (REPO / "service" / "metrics.py").read_text()))
     exported |= {"clgate_job_duration_seconds_bucket", "clgate_decisions_total"}
+    exported |= {name for _, name, _ in HEADLINE}  # the quality gauges, named in the metric registry
     for panel in dash["panels"]:
         for target in panel["targets"]:
             used = set(re.findall(r"\bclgate_[a-z_]+", target["expr"]))

@@ -12,7 +12,10 @@ target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise ValueError("no database URL: set sqlalchemy.url in the Alembic config or pass -x url=...")
+    return url
 
 
 def run_migrations_offline() -> None:
