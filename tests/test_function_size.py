@@ -30,7 +30,6 @@ ALLOWED = {
     "clgate/engine/data.py::validate_arrays",
     "clgate/engine/recorder.py::Recorder.__init__",
     "clgate/engine/runner.py::_SeedRun._run_retrain",
-    "service/app.py::create_app",
     "workers/runner.py::_run_engine",
     "workers/sandbox.py::run_child",
 }
