@@ -1,0 +1,3 @@
+"""The package version, in one place: pyproject.toml reads it (``dynamic = ["version"]``)."""
+
+__version__ = "0.1.0"
