@@ -51,12 +51,49 @@ def repo_file(relative: str) -> Path:
 
 def _load_policy(path: Path) -> Policy:
     from clgate.policy import PolicyError, load_policy
+    from clgate.presets import PresetError, resolve_policy
 
     try:
-        return load_policy(path)
-    except PolicyError as exc:
+        return load_policy(resolve_policy(str(path)))
+    except (PolicyError, PresetError) as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable
+
+
+def _without_baseline_rules(policy: Policy, baseline_path: Path) -> tuple[Policy, list[str]]:
+    """The policy less its regression rules, for a first release whose baseline does not exist yet."""
+    skipped = [rule.id or f"rules[{i}]" for i, rule in enumerate(policy.rules) if rule.kind == "baseline"]
+    if len(skipped) == len(policy.rules):
+        _fail(
+            f"--baseline {baseline_path} does not exist and every rule of policy {policy.name} compares "
+            "against it: nothing left to judge (use a policy with floors for a first release)"
+        )
+    kept = [rule for rule in policy.rules if rule.kind != "baseline"]
+    typer.echo(
+        f"warning: no baseline yet ({baseline_path} does not exist): judged without the regression "
+        f"rule(s) {', '.join(skipped)}; promote a released log to {baseline_path} to enable them",
+        err=True,
+    )
+    return policy.model_copy(update={"rules": kept}), skipped
+
+
+def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict[str, Any]:
+    """The candidate (from the flags) and the build (from the CI's variables) for the provenance."""
+    import os
+
+    from clgate.provenance import build_info, candidate_info
+
+    try:
+        named = candidate_info(candidate, candidate_version)
+    except ValueError as exc:
+        _fail(str(exc))
+    found: dict[str, Any] = {}
+    if named is not None:
+        found["candidate"] = named
+    build = build_info(os.environ)
+    if build is not None:
+        found["build"] = build
+    return found
 
 
 def _load_log(path: Path) -> EvaluationLog:
@@ -213,6 +250,22 @@ def gate_command(
         str | None,
         typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
     ] = None,
+    candidate: Annotated[
+        str | None,
+        typer.Option("--candidate", help="The candidate model's name, printed on the report and recorded."),
+    ] = None,
+    candidate_version: Annotated[
+        str | None,
+        typer.Option("--candidate-version", help="The candidate model's version (with --candidate)."),
+    ] = None,
+    baseline_optional: Annotated[
+        bool,
+        typer.Option(
+            "--baseline-optional",
+            help="A --baseline file that does not exist yet (first release) is no error: the policy's "
+            "regression rules are left out, and the report says so.",
+        ),
+    ] = False,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
 
@@ -230,8 +283,13 @@ def gate_command(
     if pdf and out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
     assert policy_path is not None
+    skipped: list[str] = []
     try:
+        build = _ci_provenance(candidate, candidate_version)
         policy = _load_policy(policy_path)
+        if baseline_optional and baseline_path is not None and not baseline_path.exists():
+            policy, skipped = _without_baseline_rules(policy, baseline_path)
+            baseline_path = None
         baseline = _load_log(baseline_path) if baseline_path is not None else None
         if job is not None:
             if not job.exists():
@@ -255,7 +313,10 @@ def gate_command(
         "policy_file": str(policy_path),
         "baseline_file": str(baseline_path) if baseline_path else None,
         "job": str(job) if job else None,
+        **build,
     }
+    if skipped:
+        provenance["skipped_without_baseline"] = skipped
     result = gate_logs(
         logs, policy, baseline=baseline, out_dir=out, provenance=provenance, report_url=report_url
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.provenance import build_label, candidate_label
 from clgate.schemas.decision import Decision, RuleResult, decision_sha256
 from clgate.schemas.fmeca import FmecaWorksheet
 
@@ -43,9 +44,16 @@ _ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "error": "⛔"}
 _VERDICT_ICON = {"PASS": "✅", "WARN": "⚠️", "FAIL": "❌", "ERROR": "⛔"}
 
 
+# Rule kinds whose value and threshold are counts (modes at a priority, an RPN), not fractions.
+COUNT_KINDS = frozenset({"fmeca"})
+
+
 def threshold_text(r: RuleResult) -> str:
+    """``"<= 0"`` for a count (an FMECA rule), ``">= 0.5000"`` for a fraction."""
     if r.threshold is None or r.comparison is None:
         return "—"
+    if r.kind in COUNT_KINDS and float(r.threshold).is_integer():
+        return f"{r.comparison} {int(r.threshold)}"
     return f"{r.comparison} {fmt(r.threshold)}"
 
 
@@ -200,6 +208,23 @@ def _priority(p: str | None) -> str:
     return "unrated" if p is None else p
 
 
+def _build_markdown(provenance: dict[str, Any]) -> list[str]:
+    """The candidate and the build it came from, as the summary's first line (none if unknown)."""
+    parts = []
+    candidate = candidate_label(provenance)
+    if candidate:
+        parts.append(f"Candidate **{md_text(candidate)}**")
+    build = provenance.get("build") or {}
+    if build.get("commit"):
+        commit = f"commit `{md_text(str(build['commit'])[:12])}`"
+        run = f" · [CI run](<{_md_url(build['run_url'])}>)" if build.get("run_url") else ""
+        parts.append(commit + run)
+    skipped = provenance.get("skipped_without_baseline")
+    if skipped:
+        parts.append(f"no baseline yet: regression rules left out ({md_text(', '.join(skipped))})")
+    return [" · ".join(parts), ""] if parts else []
+
+
 def render_markdown(decision: Decision, *, report_url: str | None = None, max_fmeca_rows: int = 10) -> str:
     """A short summary for a CI step summary or a pull-request comment (stable for a fixed decision).
 
@@ -210,6 +235,7 @@ def render_markdown(decision: Decision, *, report_url: str | None = None, max_fm
     lines = [
         f"## {_VERDICT_ICON[d.verdict]} clgate gate: {d.verdict}",
         "",
+        *_build_markdown(d.provenance),
         f"Policy **{md_text(d.policy_name)}** v{md_text(d.policy_version)} · {d.runs} run(s)"
         + (f" · strategy {md_text(d.strategy)}" if d.strategy else "")
         + (
@@ -307,6 +333,20 @@ def _junit_timestamp(when: datetime | None) -> str:
     return when.replace(microsecond=0).isoformat()
 
 
+def _build_properties(provenance: dict[str, Any]) -> list[tuple[str, str]]:
+    """The candidate and the build as JUnit properties (only those the provenance has)."""
+    candidate = provenance.get("candidate") or {}
+    build = provenance.get("build") or {}
+    pairs = (
+        ("candidate", candidate.get("name")),
+        ("candidate_version", candidate.get("version")),
+        ("commit", build.get("commit")),
+        ("ci", build.get("ci")),
+        ("ci_run_url", build.get("run_url")),
+    )
+    return [(name, str(value)) for name, value in pairs if value]
+
+
 def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_s: float = 0.0) -> str:
     """JUnit XML: one test case per rule. FAIL → ``<failure>``, ERROR → ``<error>``, WARN →
     ``<skipped message="WARN: …">`` (GitLab, Jenkins and GitHub test reporters show skipped, not green;
@@ -350,6 +390,7 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
         ("logs_sha256", ",".join(d.hashes.logs)),
         ("clgate_version", d.clgate_version),
         ("warnings", ",".join(r.id for r in d.rules if r.status == "warn")),
+        *_build_properties(d.provenance),
     ):
         ET.SubElement(props, "property", name=name, value=value)
     classname = f"clgate.gate.{d.policy_name}"
@@ -503,7 +544,7 @@ def _matrix_color(s: int, o: int) -> str:
 def model_label(decision: Decision, logs: Sequence[Any] = ()) -> str:
     """What the report is about, for its header: the caller's ``model`` (provenance) or the logs'
     model and strategy."""
-    given = decision.provenance.get("model")
+    given = candidate_label(decision.provenance) or decision.provenance.get("model")
     if given:
         return str(given)
     meta = logs[0].meta if logs else {}
@@ -580,10 +621,19 @@ def render_html(
         policy=policy,
         model=model_label(decision, logs),
         date=when.strftime("%Y-%m-%d %H:%M UTC"),
-        page_header=(
-            f"{model_label(decision, logs)} · {decision.verdict} · policy {decision.policy_name} "
-            f"v{decision.policy_version} · {when.strftime('%Y-%m-%d %H:%M UTC')}"
+        page_header=" · ".join(
+            part
+            for part in (
+                model_label(decision, logs),
+                decision.verdict,
+                f"policy {decision.policy_name} v{decision.policy_version}",
+                build_label(decision.provenance),
+                when.strftime("%Y-%m-%d %H:%M UTC"),
+            )
+            if part
         ),
+        build=decision.provenance.get("build") or {},
+        skipped_without_baseline=decision.provenance.get("skipped_without_baseline") or [],
         worst_moment=worst_moment_text(decision),
         fmeca_note=fmeca_note(decision),
         provenance_json=json.dumps(decision.provenance, indent=2, sort_keys=True, default=str),

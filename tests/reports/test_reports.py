@@ -138,7 +138,14 @@ _OVERFLOW_JS = """() => {
 }"""  # noqa: E501 - embedded JavaScript source
 
 
-@pytest.mark.parametrize("width", [1400, 420])
+# the rule ids and failure modes that wrap onto a second line (each is one word to a reader)
+_WRAPPED_IDS_JS = """() => [...document.querySelectorAll('td.rule-id code, td.mode')]
+  .filter(e => { const line = parseFloat(getComputedStyle(e).lineHeight) || 20;
+                 return e.getBoundingClientRect().height > 1.5 * line; })
+  .map(e => e.textContent)"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
 def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir, width):
     chromium = require_binary("chromium")
     from playwright.sync_api import sync_playwright
@@ -181,6 +188,8 @@ def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir,
             assert page.locator("#fmeca-table tbody tr").count() == 6
             assert page.locator("#criticality-matrix tbody tr").count() == 10
             assert page.evaluate(_OVERFLOW_JS) == []  # nothing cut off, no sideways scrolling
+            assert page.locator("td.rule-id").count() == len(RULES)
+            assert page.evaluate(_WRAPPED_IDS_JS) == []  # no rule id broken (worst-clas|s)
             if width < 500:  # narrow: table rows reflow into labelled cards
                 cell = page.locator("#fmeca-table tbody tr").first.locator("td").nth(4)
                 assert (
