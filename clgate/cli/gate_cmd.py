@@ -60,18 +60,22 @@ def _load_policy(path: Path) -> Policy:
     raise AssertionError  # unreachable
 
 
-def _without_baseline_rules(policy: Policy, baseline_path: Path) -> tuple[Policy, list[str]]:
+def _without_baseline_rules(policy: Policy, baseline_path: Path | None) -> tuple[Policy, list[str]]:
     """The policy less its regression rules, for a first release whose baseline does not exist yet."""
     skipped = [rule.id or f"rules[{i}]" for i, rule in enumerate(policy.rules) if rule.kind == "baseline"]
-    if len(skipped) == len(policy.rules):
+    where = f"{baseline_path} does not exist" if baseline_path is not None else "no --baseline given"
+    if skipped and len(skipped) == len(policy.rules):
         _fail(
-            f"--baseline {baseline_path} does not exist and every rule of policy {policy.name} compares "
-            "against it: nothing left to judge (use a policy with floors for a first release)"
+            f"--baseline-optional: {where} and every rule of policy {policy.name} compares against a "
+            "baseline: nothing left to judge (use a policy with floors for a first release)"
         )
+    if not skipped:
+        return policy, []
     kept = [rule for rule in policy.rules if rule.kind != "baseline"]
+    target = baseline_path if baseline_path is not None else "the baseline path"
     typer.echo(
-        f"warning: no baseline yet ({baseline_path} does not exist): judged without the regression "
-        f"rule(s) {', '.join(skipped)}; promote a released log to {baseline_path} to enable them",
+        f"warning: no baseline yet ({where}): judged without the regression rule(s) "
+        f"{', '.join(skipped)}; promote a released log to {target} to enable them",
         err=True,
     )
     return policy.model_copy(update={"rules": kept}), skipped
@@ -287,7 +291,7 @@ def gate_command(
     try:
         build = _ci_provenance(candidate, candidate_version)
         policy = _load_policy(policy_path)
-        if baseline_optional and baseline_path is not None and not baseline_path.exists():
+        if baseline_optional and (baseline_path is None or not baseline_path.exists()):
             policy, skipped = _without_baseline_rules(policy, baseline_path)
             baseline_path = None
         baseline = _load_log(baseline_path) if baseline_path is not None else None
