@@ -61,6 +61,12 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("CLGATE_DEBUG"):
             raise
+        from clgate.cli.operator_errors import settings_error_message
+
+        operator = settings_error_message(exc)  # a store, broker or folder the settings point at: exit 2
+        if operator is not None:
+            sys.stderr.write(f"error: {operator}\n")
+            sys.exit(2)
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {exc}\n"
             "this is a bug in clgate; rerun with CLGATE_DEBUG=1 for the traceback\n"
