@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -275,59 +276,101 @@ def gate_command(
 
     Exit codes: 0 PASS (and WARN unless --fail-on-warn), 1 FAIL, 2 invalid input or usage, 3 internal error.
     """
-    log_paths = list(log or []) + list(logs_args or [])
-    if job is not None and log_paths:
+    _gate(GateArgs(**locals()))
+
+
+@dataclass
+class GateArgs:
+    """``clgate gate``'s options, as given."""
+
+    logs_args: list[Path] | None
+    log: list[Path] | None
+    job: Path | None
+    set_: list[str] | None
+    policy_path: Path | None
+    baseline_path: Path | None
+    out: Path | None
+    junit: Path | None
+    summary_md: Path | None
+    fail_on_warn: bool
+    as_json: bool
+    pdf: bool
+    report_url: str | None
+    candidate: str | None
+    candidate_version: str | None
+    baseline_optional: bool
+
+
+def _check_usage(a: GateArgs, log_paths: list[Path]) -> Path:
+    """The option combinations that cannot work (exit 2); returns the policy path."""
+    if a.job is not None and log_paths:
         _fail("give either --log LOG… or --job SPEC, not both")
-    if job is None and not log_paths:
+    if a.job is None and not log_paths:
         _fail("nothing to gate: give --log LOG (repeatable) or --job SPEC.yaml")
-    if set_ and job is None:
+    if a.set_ and a.job is None:
         _fail("--set applies to --job only")
-    if policy_path is None:
+    if a.policy_path is None:
         _fail("--policy POLICY.yaml is required")
-    if pdf and out is None:
+    if a.pdf and a.out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
-    assert policy_path is not None
-    skipped: list[str] = []
+    assert a.policy_path is not None
+    return a.policy_path
+
+
+def _load_inputs(a: GateArgs, log_paths: list[Path]) -> dict[str, Any]:
+    """Policy, baseline and logs (running the job first with --job); an input error still writes the
+    JUnit file and the summary, so CI says why nothing was judged."""
+    policy_path = _check_usage(a, log_paths)
+    baseline_path, skipped = a.baseline_path, []
     try:
-        build = _ci_provenance(candidate, candidate_version)
+        build = _ci_provenance(a.candidate, a.candidate_version)
         policy = _load_policy(policy_path)
-        if baseline_optional and (baseline_path is None or not baseline_path.exists()):
+        if a.baseline_optional and (baseline_path is None or not baseline_path.exists()):
             policy, skipped = _without_baseline_rules(policy, baseline_path)
             baseline_path = None
         baseline = _load_log(baseline_path) if baseline_path is not None else None
-        if job is not None:
-            if not job.exists():
-                _fail(f"--job: {job} does not exist")
-            log_paths = _run_job(job, out or Path("clgate-out"), list(set_ or []))
+        if a.job is not None:
+            if not a.job.exists():
+                _fail(f"--job: {a.job} does not exist")
+            log_paths = _run_job(a.job, a.out or Path("clgate-out"), list(a.set_ or []))
         logs = [_load_log(p) for p in log_paths]
     except InputRejected as exc:
-        # CI still gets a JUnit file and a summary that say why nothing was judged
         from clgate.reports import render_input_error_junit, render_input_error_markdown
 
-        _write_text(junit, render_input_error_junit(exc.message))
-        _append_text(summary_md, render_input_error_markdown(exc.message))
+        _write_text(a.junit, render_input_error_junit(exc.message))
+        _append_text(a.summary_md, render_input_error_markdown(exc.message))
         raise
-
-    from clgate.gate import gate_logs
-
     provenance = {
         **_environment(),
         "command": "clgate gate",
         "logs": [str(p) for p in log_paths],
         "policy_file": str(policy_path),
         "baseline_file": str(baseline_path) if baseline_path else None,
-        "job": str(job) if job else None,
+        "job": str(a.job) if a.job else None,
         **build,
     }
     if skipped:
         provenance["skipped_without_baseline"] = skipped
+    return {"logs": logs, "policy": policy, "baseline": baseline, "provenance": provenance}
+
+
+def _gate(a: GateArgs) -> None:
+    from clgate.gate import gate_logs
+    from clgate.schemas.vocab import exit_code
+
+    inputs = _load_inputs(a, list(a.log or []) + list(a.logs_args or []))
     result = gate_logs(
-        logs, policy, baseline=baseline, out_dir=out, provenance=provenance, report_url=report_url
+        inputs["logs"],
+        inputs["policy"],
+        baseline=inputs["baseline"],
+        out_dir=a.out,
+        provenance=inputs["provenance"],
+        report_url=a.report_url,
     )
-    _write_extras(result, junit, summary_md, report_url)
-    if pdf:
+    _write_extras(result, a.junit, a.summary_md, a.report_url)
+    if a.pdf:
         _write_pdf(result)
-    if as_json:
+    if a.as_json:
         typer.echo(result.decision.model_dump_json(indent=2))
     else:
         print_decision(result.decision)
@@ -336,9 +379,7 @@ def gate_command(
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
-    from clgate.schemas.vocab import exit_code
-
-    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
+    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=a.fail_on_warn))
 
 
 def _write_text(path: Path | None, text: str) -> None:
