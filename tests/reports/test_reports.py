@@ -35,11 +35,15 @@ RULES = [
 ]
 
 
+# a provenance as long as a CI's (candidate, build, paths): long enough for a page break to split it
+CI_LIKE = {f"ci_variable_{i:02d}": f"value {i}" for i in range(18)}
+
+
 @pytest.fixture
 def gated(tmp_path, forgetful_log, policy_of):
     policy = policy_of(*RULES, fmeca={"default_severity": 6, "severity": {"ant": 9}, "default_detection": 4})
     return gate_logs(
-        [forgetful_log(seed=3)], policy, out_dir=tmp_path / "out", provenance={"test": "reports"}
+        [forgetful_log(seed=3)], policy, out_dir=tmp_path / "out", provenance={"test": "reports", **CI_LIKE}
     )
 
 
@@ -243,6 +247,9 @@ def test_pdf_beside_the_html_has_the_header_on_its_first_page(gated, require_bin
         assert " ".join(first_line.split()) == header, (n, first_line)
     everything = " ".join(" ".join(page_text(i).split()) for i in range(1, pages + 1))
     assert '"test": "reports"' in everything  # the provenance is printed, not collapsed
+    # no near-empty last page (a lone hash line): the provenance table and its JSON stay together
+    last = [x for x in page_text(pages).splitlines()[1:] if x.strip() and not x.strip().startswith("page ")]
+    assert len(last) > 5 and "Provenance" in " ".join(last), last
 
 
 def test_pdf_without_chromium_says_so(gated, monkeypatch):
