@@ -91,3 +91,28 @@ def test_the_installed_wheel_runs_a_job_and_gates_it(wheel, tmp_path):
     decision = json.loads(done.stdout)
     assert decision["policy_name"] == "digits-release" and decision["verdict"] in ("PASS", "WARN", "FAIL")
     assert (work / "gate" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_release_builds_an_sdist_and_a_wheel_that_twine_accepts(tmp_path, checkout_copier):
+    """What .github/workflows/release.yml publishes: ``python -m build`` (here without isolation, offline)
+    and ``twine check --strict``; the version comes from clgate/_version.py."""
+    import sys
+
+    from clgate import __version__
+
+    source = checkout_copier(tmp_path / "source")
+    dist = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == [f"clgate-{__version__}-py3-none-any.whl", f"clgate-{__version__}.tar.gz"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2
