@@ -6,6 +6,7 @@ Both need only the base install: the presets and the CI templates are package da
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,7 +20,7 @@ CI_TEMPLATES: dict[str, tuple[str, str]] = {
 STARTER_PRESET = "starter"
 POLICY_FILE = "clgate-policy.yaml"
 # the line of each template that pins clgate's version: init pins the version that wrote it
-_PINNED = 'CLGATE_VERSION: "0.1.0"'
+_PINNED = re.compile(r'CLGATE_VERSION: "[^"]*"')
 
 
 def presets_command() -> None:
@@ -43,7 +44,7 @@ def _template(name: str) -> str:
     from clgate import __version__
 
     text = files("clgate.examples").joinpath("ci", name).read_text(encoding="utf-8")
-    return text.replace(_PINNED, f'CLGATE_VERSION: "{__version__}"')
+    return _PINNED.sub(f'CLGATE_VERSION: "{__version__}"', text)
 
 
 def _plan(repo: Path, ci: str) -> dict[Path, str]:

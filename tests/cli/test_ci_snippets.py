@@ -62,8 +62,8 @@ def test_github_workflow_is_shaped_for_a_users_repository(repo_root):
     runs = "\n".join(s.get("run", "") for s in steps)
     assert 'pip install "clgate==${CLGATE_VERSION}"' in runs and "pip install ." not in runs
     assert "--baseline-optional" in runs and "examples/policies" not in runs
-    setup = next(s for s in steps if s.get("uses", "").startswith("actions/setup-python"))
-    assert setup["with"]["cache"] == "pip"
+    cache = next(s for s in steps if s.get("uses", "").startswith("actions/cache"))
+    assert cache["with"]["path"] == "~/.cache/pip" and "CLGATE_VERSION" in cache["with"]["key"]
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
     assert upload["if"] == "always()"
     check = next(s for s in steps if s.get("uses", "").startswith("mikepenz/action-junit-report"))

@@ -203,3 +203,13 @@ def test_init_refuses_to_overwrite_without_force(tmp_path):
     res = CliRunner().invoke(app, ["init", "--ci", "gitlab", "--repo", str(tmp_path), "--force"])
     assert res.exit_code == 0, res.output
     assert "clgate-gate" in yaml.safe_load(mine.read_text())
+
+
+def test_init_pins_the_version_that_wrote_the_file(tmp_path, monkeypatch):
+    import clgate
+
+    monkeypatch.setattr(clgate, "__version__", "9.8.7")
+    res = CliRunner().invoke(app, ["init", "--ci", "gitlab", "--repo", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    job = yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())["clgate-gate"]
+    assert job["variables"]["CLGATE_VERSION"] == "9.8.7"
