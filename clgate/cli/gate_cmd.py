@@ -374,12 +374,25 @@ def _gate(a: GateArgs) -> None:
         typer.echo(result.decision.model_dump_json(indent=2))
     else:
         print_decision(result.decision)
+        _print_build(result.decision.provenance)
         if result.files:
             typer.echo(
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=a.fail_on_warn))
+
+
+def _print_build(provenance: dict[str, Any]) -> None:
+    """The build the verdict certifies (candidate, commit, CI run), when known."""
+    from clgate.provenance import build_label, candidate_label
+
+    parts = [p for p in (candidate_label(provenance), build_label(provenance)) if p]
+    run_url = (provenance.get("build") or {}).get("run_url")
+    if run_url:
+        parts.append(f"run {run_url}")
+    if parts:
+        typer.echo("certifies: " + " · ".join(parts))
 
 
 def _write_text(path: Path | None, text: str) -> None:

@@ -85,6 +85,7 @@ def test_the_verdict_names_candidate_commit_and_run_everywhere(
     res = _gate("--log", str(logs), "--policy", "preset:starter", "--baseline", str(logs), "--out", str(out),
                 "--candidate", "defect-classifier", "--candidate-version", "2.4.0")  # fmt: skip
     assert res.exit_code in (0, 1), res.output
+    assert f"certifies: defect-classifier 2.4.0 · commit {commit[:12]} ({ci}) · run {run_url}" in res.output
     decision = json.loads((out / "decision.json").read_text())
     assert decision["provenance"]["candidate"] == {"name": "defect-classifier", "version": "2.4.0"}
     assert decision["provenance"]["build"] == {"ci": ci, "commit": commit, "run_url": run_url}
