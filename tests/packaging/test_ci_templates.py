@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from clgate import __version__
-from tests.fixtures.gate import _forgetful, _good
 
 REPO = Path(__file__).resolve().parents[2]
 SHA = "5e1f00d5e1f00d5e1f00d5e1f00d5e1f00d5e1f0"
@@ -50,13 +49,13 @@ def _substitute(text: str, context: dict[str, str]) -> str:
 
 
 @pytest.fixture
-def user_repo(tmp_path) -> Path:
+def user_repo(tmp_path, good_log) -> Path:
     """A user's repository: their logs (two seeds), their code, no clgate file."""
     repo = tmp_path / "vision"
     (repo / "eval-logs").mkdir(parents=True)
     (repo / "train.py").write_text("print('the user trains their model here')\n")
-    _good(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
-    _good(seed=1, level=0.88).dump(repo / "eval-logs" / "log-seed1.json")
+    good_log(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
+    good_log(seed=1, level=0.88).dump(repo / "eval-logs" / "log-seed1.json")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     return repo
 
@@ -124,14 +123,14 @@ def _verdict(repo: Path, out: str) -> dict[str, Any]:
     return json.loads((repo / out / "decision.json").read_text())
 
 
-def _promote_and_regress(repo: Path) -> None:
+def _promote_and_regress(repo: Path, forgetful_log: Callable[..., Any]) -> None:
     """What the templates tell the user: the released log becomes released/log.json; then a new
     candidate forgets class 'ant' (0.9 → 0.5)."""
     (repo / "released").mkdir()
     shutil.copy(repo / "eval-logs" / "log-seed0.json", repo / "released" / "log.json")
     for old in (repo / "eval-logs").glob("*.json"):
         old.unlink()
-    _forgetful(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
+    forgetful_log(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
 
 
 def _check_first_run(done, repo: Path, out: str, summary: Path | None) -> None:
@@ -167,7 +166,7 @@ def _init(venv: Path, repo: Path, ci: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_github_workflow_in_a_users_repository(user_venv, wheel, user_repo, tmp_path):
+def test_github_workflow_in_a_users_repository(user_venv, wheel, user_repo, tmp_path, forgetful_log):
     _init(user_venv, user_repo, "github")
     [workflow] = _yaml(user_repo / ".github" / "workflows" / "clgate.yml")
     assert workflow["env"]["CLGATE_VERSION"] == __version__
@@ -178,7 +177,7 @@ def test_github_workflow_in_a_users_repository(user_venv, wheel, user_repo, tmp_
         done = _run_github_steps(job["steps"], env, user_repo, {})
         if check == "first":
             _check_first_run(done, user_repo, "gate-out", Path(github["GITHUB_STEP_SUMMARY"]))
-            _promote_and_regress(user_repo)
+            _promote_and_regress(user_repo, forgetful_log)
         else:
             _check_regression(done, user_repo, "gate-out")
 
@@ -191,7 +190,7 @@ def _action_context(action: dict[str, Any], given: dict[str, str], github: dict[
     return context
 
 
-def test_github_action_in_a_users_repository(user_venv, wheel, user_repo, tmp_path):
+def test_github_action_in_a_users_repository(user_venv, wheel, user_repo, tmp_path, forgetful_log):
     [action] = _yaml(REPO / "action.yml")
     given = {"logs": "eval-logs/*.json", "policy": "preset:starter", "clgate-version": __version__}
     for attempt, check in ((1, "first"), (2, "regression")):
@@ -209,7 +208,7 @@ def test_github_action_in_a_users_repository(user_venv, wheel, user_repo, tmp_pa
                 "report": "clgate-out/report.html",
                 "junit": "clgate-out/junit.xml",
             }
-            _promote_and_regress(user_repo)
+            _promote_and_regress(user_repo, forgetful_log)
         else:
             _check_regression(done, user_repo, "clgate-out")
             assert outputs["verdict"] == "FAIL"
@@ -253,7 +252,7 @@ def _yaml_text(text: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("how", ["init", "component"])
-def test_gitlab_ci_in_a_users_repository(how, user_venv, wheel, user_repo):
+def test_gitlab_ci_in_a_users_repository(how, user_venv, wheel, user_repo, forgetful_log):
     if how == "init":
         _init(user_venv, user_repo, "gitlab")
         [doc] = _yaml(user_repo / ".gitlab-ci.yml")
@@ -265,5 +264,40 @@ def test_gitlab_ci_in_a_users_repository(how, user_venv, wheel, user_repo):
     )
     done = run()
     _check_first_run(done, user_repo, "gate-out", user_repo / "gate-out" / "summary.md")
-    _promote_and_regress(user_repo)
+    _promote_and_regress(user_repo, forgetful_log)
     _check_regression(run(), user_repo, "gate-out")
+
+
+def test_release_workflow_build_job_runs(tmp_path, checkout_copier):
+    """The release's build job, its shell steps in order on a copy of the checkout at a v<version> tag:
+    build, twine check, the tag is the version, the wheel in a clean venv gates the shipped example."""
+    import sys
+
+    [workflow] = _yaml(REPO / ".github" / "workflows" / "release.yml")
+    source = checkout_copier(tmp_path / "source")
+    runner_temp = tmp_path / "runner-temp"
+    runner_temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",  # the runner's python
+        RUNNER_TEMP=str(runner_temp),
+        GITHUB_REF="refs/tags/v" + __version__,
+        GITHUB_REF_NAME="v" + __version__,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
+    for step in workflow["jobs"]["build"]["steps"]:
+        if "run" not in step:
+            continue
+        assert (
+            step.get("if", "startsWith(github.ref, 'refs/tags/v')") == "startsWith(github.ref, 'refs/tags/v')"
+        )
+        done = _run_script(step["run"], source, env)
+        assert done.returncode == 0, f"{step.get('name')}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert sorted(p.name for p in (source / "dist").iterdir()) == [
+        f"clgate-{__version__}-py3-none-any.whl",
+        f"clgate-{__version__}.tar.gz",
+    ]
+    assert json.loads((runner_temp / "gate-out" / "decision.json").read_text())["policy_name"] == "starter"
+    env["GITHUB_REF_NAME"] = "v9.9.9"  # a tag that is not the version stops the release
+    tag_step = next(s for s in workflow["jobs"]["build"]["steps"] if s.get("name", "").startswith("The tag"))
+    assert _run_script(tag_step["run"], source, env).returncode == 1
