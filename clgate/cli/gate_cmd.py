@@ -433,7 +433,11 @@ def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the two reports go.")] = Path("clgate-out"),
     policy_path: Annotated[
         Path | None,
-        typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}."),
+        typer.Option(
+            "--policy",
+            "-p",
+            help=f"Policy for both runs (a file or preset:NAME); without it, the shipped {DEMO_POLICY}.",
+        ),
     ] = None,
     pdf: Annotated[
         bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")
@@ -449,7 +453,7 @@ def demo_command(
     from clgate.schemas.job import JobSpec, JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
-    if not policy_file.exists():
+    if not str(policy_file).startswith("preset:") and not policy_file.exists():
         _fail(f"demo policy {policy_file} not found (run from the repository, or pass --policy)")
     policy = _load_policy(policy_file)
     jobs = {name: repo_file(path) for name, path in DEMO_JOBS.items()}
