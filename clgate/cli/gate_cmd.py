@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -51,12 +52,53 @@ def repo_file(relative: str) -> Path:
 
 def _load_policy(path: Path) -> Policy:
     from clgate.policy import PolicyError, load_policy
+    from clgate.presets import PresetError, resolve_policy
 
     try:
-        return load_policy(path)
-    except PolicyError as exc:
+        return load_policy(resolve_policy(str(path)))
+    except (PolicyError, PresetError) as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable
+
+
+def _without_baseline_rules(policy: Policy, baseline_path: Path | None) -> tuple[Policy, list[str]]:
+    """The policy less its regression rules, for a first release whose baseline does not exist yet."""
+    skipped = [rule.id or f"rules[{i}]" for i, rule in enumerate(policy.rules) if rule.kind == "baseline"]
+    where = f"{baseline_path} does not exist" if baseline_path is not None else "no --baseline given"
+    if skipped and len(skipped) == len(policy.rules):
+        _fail(
+            f"--baseline-optional: {where} and every rule of policy {policy.name} compares against a "
+            "baseline: nothing left to judge (use a policy with floors for a first release)"
+        )
+    if not skipped:
+        return policy, []
+    kept = [rule for rule in policy.rules if rule.kind != "baseline"]
+    target = baseline_path if baseline_path is not None else "the baseline path"
+    typer.echo(
+        f"warning: no baseline yet ({where}): judged without the regression rule(s) "
+        f"{', '.join(skipped)}; promote a released log to {target} to enable them",
+        err=True,
+    )
+    return policy.model_copy(update={"rules": kept}), skipped
+
+
+def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict[str, Any]:
+    """The candidate (from the flags) and the build (from the CI's variables) for the provenance."""
+    import os
+
+    from clgate.provenance import build_info, candidate_info
+
+    try:
+        named = candidate_info(candidate, candidate_version)
+    except ValueError as exc:
+        _fail(str(exc))
+    found: dict[str, Any] = {}
+    if named is not None:
+        found["candidate"] = named
+    build = build_info(os.environ)
+    if build is not None:
+        found["build"] = build
+    return found
 
 
 def _load_log(path: Path) -> EvaluationLog:
@@ -213,67 +255,144 @@ def gate_command(
         str | None,
         typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
     ] = None,
+    candidate: Annotated[
+        str | None,
+        typer.Option("--candidate", help="The candidate model's name, printed on the report and recorded."),
+    ] = None,
+    candidate_version: Annotated[
+        str | None,
+        typer.Option("--candidate-version", help="The candidate model's version (with --candidate)."),
+    ] = None,
+    baseline_optional: Annotated[
+        bool,
+        typer.Option(
+            "--baseline-optional",
+            help="A --baseline file that does not exist yet (first release) is no error: the policy's "
+            "regression rules are left out, and the report says so.",
+        ),
+    ] = False,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
 
     Exit codes: 0 PASS (and WARN unless --fail-on-warn), 1 FAIL, 2 invalid input or usage, 3 internal error.
     """
-    log_paths = list(log or []) + list(logs_args or [])
-    if job is not None and log_paths:
+    _gate(GateArgs(**locals()))
+
+
+@dataclass
+class GateArgs:
+    """``clgate gate``'s options, as given."""
+
+    logs_args: list[Path] | None
+    log: list[Path] | None
+    job: Path | None
+    set_: list[str] | None
+    policy_path: Path | None
+    baseline_path: Path | None
+    out: Path | None
+    junit: Path | None
+    summary_md: Path | None
+    fail_on_warn: bool
+    as_json: bool
+    pdf: bool
+    report_url: str | None
+    candidate: str | None
+    candidate_version: str | None
+    baseline_optional: bool
+
+
+def _check_usage(a: GateArgs, log_paths: list[Path]) -> Path:
+    """The option combinations that cannot work (exit 2); returns the policy path."""
+    if a.job is not None and log_paths:
         _fail("give either --log LOG… or --job SPEC, not both")
-    if job is None and not log_paths:
+    if a.job is None and not log_paths:
         _fail("nothing to gate: give --log LOG (repeatable) or --job SPEC.yaml")
-    if set_ and job is None:
+    if a.set_ and a.job is None:
         _fail("--set applies to --job only")
-    if policy_path is None:
+    if a.policy_path is None:
         _fail("--policy POLICY.yaml is required")
-    if pdf and out is None:
+    if a.pdf and a.out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
-    assert policy_path is not None
+    assert a.policy_path is not None
+    return a.policy_path
+
+
+def _load_inputs(a: GateArgs, log_paths: list[Path]) -> dict[str, Any]:
+    """Policy, baseline and logs (running the job first with --job); an input error still writes the
+    JUnit file and the summary, so CI says why nothing was judged."""
+    policy_path = _check_usage(a, log_paths)
+    baseline_path, skipped = a.baseline_path, []
     try:
+        build = _ci_provenance(a.candidate, a.candidate_version)
         policy = _load_policy(policy_path)
+        if a.baseline_optional and (baseline_path is None or not baseline_path.exists()):
+            policy, skipped = _without_baseline_rules(policy, baseline_path)
+            baseline_path = None
         baseline = _load_log(baseline_path) if baseline_path is not None else None
-        if job is not None:
-            if not job.exists():
-                _fail(f"--job: {job} does not exist")
-            log_paths = _run_job(job, out or Path("clgate-out"), list(set_ or []))
+        if a.job is not None:
+            if not a.job.exists():
+                _fail(f"--job: {a.job} does not exist")
+            log_paths = _run_job(a.job, a.out or Path("clgate-out"), list(a.set_ or []))
         logs = [_load_log(p) for p in log_paths]
     except InputRejected as exc:
-        # CI still gets a JUnit file and a summary that say why nothing was judged
         from clgate.reports import render_input_error_junit, render_input_error_markdown
 
-        _write_text(junit, render_input_error_junit(exc.message))
-        _append_text(summary_md, render_input_error_markdown(exc.message))
+        _write_text(a.junit, render_input_error_junit(exc.message))
+        _append_text(a.summary_md, render_input_error_markdown(exc.message))
         raise
-
-    from clgate.gate import gate_logs
-
     provenance = {
         **_environment(),
         "command": "clgate gate",
         "logs": [str(p) for p in log_paths],
         "policy_file": str(policy_path),
         "baseline_file": str(baseline_path) if baseline_path else None,
-        "job": str(job) if job else None,
+        "job": str(a.job) if a.job else None,
+        **build,
     }
+    if skipped:
+        provenance["skipped_without_baseline"] = skipped
+    return {"logs": logs, "policy": policy, "baseline": baseline, "provenance": provenance}
+
+
+def _gate(a: GateArgs) -> None:
+    from clgate.gate import gate_logs
+    from clgate.schemas.vocab import exit_code
+
+    inputs = _load_inputs(a, list(a.log or []) + list(a.logs_args or []))
     result = gate_logs(
-        logs, policy, baseline=baseline, out_dir=out, provenance=provenance, report_url=report_url
+        inputs["logs"],
+        inputs["policy"],
+        baseline=inputs["baseline"],
+        out_dir=a.out,
+        provenance=inputs["provenance"],
+        report_url=a.report_url,
     )
-    _write_extras(result, junit, summary_md, report_url)
-    if pdf:
+    _write_extras(result, a.junit, a.summary_md, a.report_url)
+    if a.pdf:
         _write_pdf(result)
-    if as_json:
+    if a.as_json:
         typer.echo(result.decision.model_dump_json(indent=2))
     else:
         print_decision(result.decision)
+        _print_build(result.decision.provenance)
         if result.files:
             typer.echo(
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
-    from clgate.schemas.vocab import exit_code
+    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=a.fail_on_warn))
 
-    raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
+
+def _print_build(provenance: dict[str, Any]) -> None:
+    """The build the verdict certifies (candidate, commit, CI run), when known."""
+    from clgate.provenance import build_label, candidate_label
+
+    parts = [p for p in (candidate_label(provenance), build_label(provenance)) if p]
+    run_url = (provenance.get("build") or {}).get("run_url")
+    if run_url:
+        parts.append(f"run {run_url}")
+    if parts:
+        typer.echo("certifies: " + " · ".join(parts))
 
 
 def _write_text(path: Path | None, text: str) -> None:
@@ -314,7 +433,11 @@ def demo_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the two reports go.")] = Path("clgate-out"),
     policy_path: Annotated[
         Path | None,
-        typer.Option("--policy", "-p", help=f"Policy for both runs; without it, the shipped {DEMO_POLICY}."),
+        typer.Option(
+            "--policy",
+            "-p",
+            help=f"Policy for both runs (a file or preset:NAME); without it, the shipped {DEMO_POLICY}.",
+        ),
     ] = None,
     pdf: Annotated[
         bool, typer.Option("--pdf", help="Also write report.pdf beside each report.html (Chromium).")
@@ -330,7 +453,7 @@ def demo_command(
     from clgate.schemas.job import JobSpec, JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
-    if not policy_file.exists():
+    if not str(policy_file).startswith("preset:") and not policy_file.exists():
         _fail(f"demo policy {policy_file} not found (run from the repository, or pass --policy)")
     policy = _load_policy(policy_file)
     jobs = {name: repo_file(path) for name, path in DEMO_JOBS.items()}

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.provenance import build_label, candidate_label
 from clgate.reports.text import (
     ICON,
     VERDICT_ICON,
@@ -50,7 +51,7 @@ def _matrix_color(s: int, o: int) -> str:
 def model_label(decision: Decision, logs: Sequence[Any] = ()) -> str:
     """What the report is about, for its header: the caller's ``model`` (provenance) or the logs'
     model and strategy."""
-    given = decision.provenance.get("model")
+    given = candidate_label(decision.provenance) or decision.provenance.get("model")
     if given:
         return str(given)
     meta = logs[0].meta if logs else {}
@@ -102,10 +103,19 @@ def render_html(
         policy=policy,
         model=model_label(decision, logs),
         date=when.strftime("%Y-%m-%d %H:%M UTC"),
-        page_header=(
-            f"{model_label(decision, logs)} · {decision.verdict} · policy {decision.policy_name} "
-            f"v{decision.policy_version} · {when.strftime('%Y-%m-%d %H:%M UTC')}"
+        page_header=" · ".join(
+            part
+            for part in (
+                model_label(decision, logs),
+                decision.verdict,
+                f"policy {decision.policy_name} v{decision.policy_version}",
+                build_label(decision.provenance),
+                when.strftime("%Y-%m-%d %H:%M UTC"),
+            )
+            if part
         ),
+        build=decision.provenance.get("build") or {},
+        skipped_without_baseline=decision.provenance.get("skipped_without_baseline") or [],
         worst_moment=worst_moment_text(decision),
         fmeca_note=fmeca_note(decision),
         provenance_json=json.dumps(decision.provenance, indent=2, sort_keys=True, default=str),

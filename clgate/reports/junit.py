@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
+from typing import Any
 
 from clgate.fmt import fmt
 from clgate.reports.text import threshold_text
@@ -17,6 +18,20 @@ def _junit_timestamp(when: datetime | None) -> str:
     if when.tzinfo is not None:
         when = when.astimezone(UTC).replace(tzinfo=None)
     return when.replace(microsecond=0).isoformat()
+
+
+def _build_properties(provenance: dict[str, Any]) -> list[tuple[str, str]]:
+    """The candidate and the build as JUnit properties (only those the provenance has)."""
+    candidate = provenance.get("candidate") or {}
+    build = provenance.get("build") or {}
+    pairs = (
+        ("candidate", candidate.get("name")),
+        ("candidate_version", candidate.get("version")),
+        ("commit", build.get("commit")),
+        ("ci", build.get("ci")),
+        ("ci_run_url", build.get("run_url")),
+    )
+    return [(name, str(value)) for name, value in pairs if value]
 
 
 def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_s: float = 0.0) -> str:
@@ -62,6 +77,7 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
         ("logs_sha256", ",".join(d.hashes.logs)),
         ("clgate_version", d.clgate_version),
         ("warnings", ",".join(r.id for r in d.rules if r.status == "warn")),
+        *_build_properties(d.provenance),
     ):
         ET.SubElement(props, "property", name=name, value=value)
     classname = f"clgate.gate.{d.policy_name}"

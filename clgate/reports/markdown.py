@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.provenance import candidate_label
 from clgate.reports.text import (
     ICON,
     VERDICT_ICON,
@@ -61,6 +62,7 @@ def _md_header(d: Decision, report_url: str | None) -> list[str]:
     lines = [
         f"## {VERDICT_ICON[d.verdict]} clgate gate: {d.verdict}",
         "",
+        *_build_markdown(d.provenance),
         f"Policy **{md_text(d.policy_name)}** v{md_text(d.policy_version)} · {d.runs} run(s)"
         + (f" · strategy {md_text(d.strategy)}" if d.strategy else "")
         + (
@@ -163,6 +165,23 @@ def _md_footer(d: Decision) -> list[str]:
         + "</sub>",
         "",
     ]
+
+
+def _build_markdown(provenance: dict[str, Any]) -> list[str]:
+    """The candidate and the build it came from, as the summary's first line (none if unknown)."""
+    parts = []
+    candidate = candidate_label(provenance)
+    if candidate:
+        parts.append(f"Candidate **{md_text(candidate)}**")
+    build = provenance.get("build") or {}
+    if build.get("commit"):
+        commit = f"commit `{md_text(str(build['commit'])[:12])}`"
+        run = f" · [CI run](<{_md_url(build['run_url'])}>)" if build.get("run_url") else ""
+        parts.append(commit + run)
+    skipped = provenance.get("skipped_without_baseline")
+    if skipped:
+        parts.append(f"no baseline yet: regression rules left out ({md_text(', '.join(skipped))})")
+    return [" · ".join(parts), ""] if parts else []
 
 
 def _md_url(url: str) -> str:

@@ -14,9 +14,16 @@ ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "error": "⛔"}
 VERDICT_ICON = {"PASS": "✅", "WARN": "⚠️", "FAIL": "❌", "ERROR": "⛔"}
 
 
+# Rule kinds whose value and threshold are counts (modes at a priority, an RPN), not fractions.
+COUNT_KINDS = frozenset({"fmeca"})
+
+
 def threshold_text(r: RuleResult) -> str:
+    """``"<= 0"`` for a count (an FMECA rule), ``">= 0.5000"`` for a fraction."""
     if r.threshold is None or r.comparison is None:
         return "—"
+    if r.kind in COUNT_KINDS and float(r.threshold).is_integer():
+        return f"{r.comparison} {int(r.threshold)}"
     return f"{r.comparison} {fmt(r.threshold)}"
 
 

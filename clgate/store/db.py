@@ -270,3 +270,54 @@ def grant_app_role(engine: Engine, role: str) -> None:
             conn.execute(text(f'REVOKE ALL ON TABLE "{table}" FROM "{role}"'))
             conn.execute(text(f'GRANT {privileges} ON TABLE "{table}" TO "{role}"'))
         conn.execute(text(f'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO "{role}"'))
+
+
+class StoreUnreachable(RuntimeError):
+    """A record store, job broker or data folder that cannot be reached or used: the operator's settings
+    (exit 2 on the command line, naming the setting and the host), not a bug in clgate."""
+
+    def __init__(self, setting: str, where: str, reason: str) -> None:
+        super().__init__(f"{setting} ({where}): {reason}")
+        self.setting = setting
+        self.where = where
+        self.reason = reason
+
+
+def _is(exc: BaseException, module: str, names: tuple[str, ...]) -> bool:
+    """``exc`` is one of ``names`` from ``module`` (by class, without importing that module)."""
+    return any(c.__module__.startswith(module) and c.__name__ in names for c in type(exc).__mro__)
+
+
+def _shown_url(url: str | None) -> str:
+    """The URL without its password (``postgresql+psycopg://app:***@db:5432/clgate``)."""
+    if not url:
+        return "unset"
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: show its scheme and host part only
+        return url.split("@")[-1]
+
+
+def as_settings_error(
+    exc: BaseException, *, database_url: str | None, broker_url: str | None, data_dir: Any = None
+) -> StoreUnreachable | None:
+    """The settings error behind ``exc`` (database, broker or data folder that cannot be reached or used),
+    or ``None`` when ``exc`` is something else (then it may well be a bug)."""
+    if _is(exc, "sqlalchemy", ("OperationalError", "InterfaceError")):
+        return StoreUnreachable("CLGATE_DATABASE_URL", _shown_url(database_url), describe_db_error(exc))
+    if _is(exc, "redis", ("ConnectionError", "TimeoutError", "AuthenticationError")) or _is(
+        exc, "kombu", ("OperationalError",)
+    ):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreUnreachable(
+            "CLGATE_BROKER_URL", _shown_url(broker_url), f"the job broker is unavailable ({first})"
+        )
+    if isinstance(exc, OSError) and data_dir is not None and getattr(exc, "filename", None):
+        name = str(exc.filename)
+        if name.startswith(str(data_dir)) or str(data_dir).startswith(name):
+            return StoreUnreachable(
+                "CLGATE_DATA_DIR", str(data_dir), f"{exc.strerror or type(exc).__name__}: {name}"
+            )
+    return None

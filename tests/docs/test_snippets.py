@@ -1,19 +1,28 @@
 """Every code block in README.md, CONTRIBUTING.md and docs/*.md runs as pasted, or says it is illustrative.
 
-Blocks fenced ``bash``, ``sh`` or ``shell`` run with bash (``set -euo pipefail``) and blocks fenced
-``python`` run with the test's Python, each in a fresh copy of the checkout whose ``.venv`` is this
-one, with the venv's ``bin/`` first on ``PATH`` (as after ``source .venv/bin/activate``). Blocks fenced
-``console``, ``text`` or a data language (json, yaml, toml …), and any block whose previous non-blank
-line is ``<!-- illustrative -->`` (or ``<!-- illustrative: why -->``), are not run. Each runnable block
-is one test case, named ``FILE:LINE`` after its opening fence, and has TIMEOUT_S seconds.
+Each block runs in the state the README's quick start leaves a user in: a fresh copy of the checkout
+with ``.venv/`` built and NOT activated (the venv's ``bin/`` is not on ``PATH``, so a block must spell
+``.venv/bin/clgate`` and ``.venv/bin/python``), after ``./dev.sh demo`` (its ``clgate-out/`` is there).
+Blocks fenced ``bash``, ``sh`` or ``shell`` run with bash (``set -euo pipefail``); blocks fenced
+``python`` run with ``.venv/bin/python``. A block that uses ``$API`` talks to an embedded ``clgate
+serve`` the test started (``$API``, ``$ADMIN`` its admin key, ``$H`` the key's header, its data folder
+as ``CLGATE_DATA_DIR``). A block exits 0 unless the line before it is ``<!-- exit: N -->``; 127
+(command not found) never passes. Blocks fenced ``console``, ``text`` or a data language, and any
+block whose previous non-blank line is ``<!-- illustrative -->`` (or ``<!-- illustrative: why -->``),
+are not run. Each runnable block is one test case, named ``FILE:LINE`` after its opening fence, and
+has TIMEOUT_S seconds.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +34,8 @@ SHELL = {"bash", "sh", "shell"}
 PYTHON = {"python", "py", "python3"}
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)")
 _ILLUSTRATIVE = re.compile(r"^\s*<!--\s*illustrative\b.*-->\s*$")
+_EXIT = re.compile(r"^\s*<!--\s*exit:\s*(?P<status>\d+)\s*-->\s*$")
+NOT_FOUND = 127  # the shell's "command not found": never a pass, whatever a block declares
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,7 @@ class Block:
     lang: str
     code: str
     illustrative: bool
+    expected_exit: int = 0
 
     @property
     def id(self) -> str:
@@ -74,6 +86,7 @@ def extract_blocks(text: str, file: str) -> list[Block]:
                 opening["lang"].lower(),
                 "\n".join(body) + "\n",
                 bool(_ILLUSTRATIVE.match(previous)),
+                int(status["status"]) if (status := _EXIT.match(previous)) else 0,
             )
         )
         previous = lines[i] if i < len(lines) else ""
@@ -100,29 +113,91 @@ def test_the_documents_have_runnable_blocks():
     assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
-def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier):
-    clone = checkout_copier(tmp_path / "clone")
-    venv = Path(sys.prefix)
-    (clone / ".venv").symlink_to(venv, target_is_directory=True)
+@pytest.fixture(scope="session")
+def after_demo(tmp_path_factory, checkout_copier) -> Path:
+    """``clgate-out/`` as ``./dev.sh demo`` leaves it (run once, copied into each block's clone)."""
+    clone = checkout_copier(tmp_path_factory.mktemp("demo") / "clone")
+    done = subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "clgate"), "demo"],
+        cwd=clone,
+        env={**_user_env(clone), "HOME": str(clone)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return clone / "clgate-out"
+
+
+def _user_env(clone: Path) -> dict[str, str]:
+    """The user's shell after the quick start: no venv on PATH, no VIRTUAL_ENV, no clgate settings."""
+    venv_bin = str(Path(sys.prefix) / "bin")
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("PYTHONPATH", "CLGATE_BROKER_URL", "CLGATE_DATA_DIR", "CLGATE_DATABASE_URL")
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("CLGATE_")
     }
-    env.update(
-        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-        VIRTUAL_ENV=str(venv),
-        HOME=str(tmp_path),
-        COLUMNS="120",
-        MPLBACKEND="Agg",
-    )
+    path = [
+        p
+        for p in env.get("PATH", "").split(os.pathsep)
+        if p and Path(p).resolve() != Path(venv_bin).resolve()
+    ]
+    env.update(PATH=os.pathsep.join(path) or "/usr/bin:/bin", COLUMNS="120", MPLBACKEND="Agg")
+    return env
+
+
+@pytest.fixture(scope="session")
+def embedded_server(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """``clgate serve`` (embedded, SQLite) on a free port, for blocks: ``$API``, ``$ADMIN``, ``$H``."""
+    from tests.fixtures.service import free_port
+
+    data = tmp_path_factory.mktemp("server") / "clgate-data"
+    port = free_port()
+    env = {**_user_env(data.parent), "CLGATE_DATA_DIR": str(data)}
+    log = (data.parent / "serve.log").open("w")
+    proc = subprocess.Popen(
+        [str(Path(sys.prefix) / "bin" / "clgate"), "serve", "--port", str(port)],
+        cwd=data.parent, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        import httpx
+
+        for _ in range(120):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, (data.parent / "serve.log").read_text()
+            time.sleep(0.5)
+        admin = (data / "admin.key").read_text().strip()
+        yield {
+            "API": f"http://127.0.0.1:{port}",
+            "ADMIN": admin,
+            "H": f"X-API-Key: {admin}",
+            "CLGATE_DATA_DIR": str(data),
+        }
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier, after_demo, request):
+    clone = checkout_copier(tmp_path / "clone")
+    (clone / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    shutil.copytree(after_demo, clone / "clgate-out", symlinks=True)
+    env = {**_user_env(clone), "HOME": str(tmp_path)}
+    if "$API" in block.code and "clgate serve" not in block.code:  # a block that starts none uses ours
+        env.update(request.getfixturevalue("embedded_server"))
     if block.lang in SHELL:
         command = ["bash", "-c", "set -euo pipefail\n" + block.code]
     else:
         script = tmp_path / "snippet.py"
         script.write_text(block.code, encoding="utf-8")
-        command = [str(venv / "bin" / "python"), str(script)]
+        command = [".venv/bin/python", str(script)]
     try:
         done = subprocess.run(
             command,
@@ -136,10 +211,26 @@ def test_block_runs_as_pasted(block: Block, tmp_path, checkout_copier):
         )
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"{block.id}: still running after {TIMEOUT_S} s\n{exc.stdout or ''}\n{exc.stderr or ''}")
-    assert done.returncode == 0, (
-        f"{block.id} ({block.lang}) exited {done.returncode}\n--- block\n{block.code}--- stdout\n"
-        f"{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+    report = (
+        f"{block.id} ({block.lang}) exited {done.returncode}, expected {block.expected_exit}\n--- block\n"
+        f"{block.code}--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
     )
+    assert done.returncode != NOT_FOUND, report
+    assert done.returncode == block.expected_exit, report
+
+
+def test_a_command_that_is_not_found_never_passes():
+    """The state the blocks run in really lacks the venv: a bare ``clgate`` is not found there."""
+    done = subprocess.run(
+        ["bash", "-c", "command -v clgate || exit 127"], env=_user_env(REPO), capture_output=True, check=False
+    )
+    if shutil.which("clgate", path=_user_env(REPO)["PATH"]) is None:  # a clgate installed system-wide is fine
+        assert done.returncode == NOT_FOUND
+
+
+def test_extract_blocks_reads_exit_markers():
+    md = "<!-- exit: 1 -->\n```bash\nfalse\n```\n```bash\ntrue\n```\n"
+    assert [(b.expected_exit, b.illustrative) for b in extract_blocks(md, "t.md")] == [(1, False), (0, False)]
 
 
 def test_extract_blocks_reads_languages_lines_and_markers():

@@ -36,3 +36,39 @@ def wheel(tmp_path_factory, checkout_copier) -> Path:
     wheels = sorted(out.glob("clgate-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
+
+
+def install_into_fresh_venv(venv: Path, wheel: Path, requirement: str, repo: Path) -> Path:
+    """A venv outside the repository with ``requirement`` installed as a user would: ``pip install
+    --find-links <the wheel's folder>`` (the dependencies pinned by ``-c constraints/dev.txt``)."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    installed = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--find-links",
+            str(wheel.parent),
+            "-c",
+            str(repo / "constraints" / "dev.txt"),
+            requirement,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    return venv
+
+
+@pytest.fixture(scope="session")
+def user_venv(wheel, tmp_path_factory) -> Path:
+    """clgate (base install) from the wheel just built, in a venv outside the repository."""
+    from clgate import __version__
+
+    repo = Path(__file__).resolve().parents[2]
+    venv = tmp_path_factory.mktemp("user") / "venv"
+    return install_into_fresh_venv(venv, wheel, f"clgate=={__version__}", repo)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import zipfile
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+
+import pytest
 
 
 def _names(wheel) -> list[str]:
@@ -50,3 +55,64 @@ def test_the_console_script_is_declared_and_builtin_strategies_are_not(wheel):
         text = archive.read(entry_points).decode()
     assert "clgate = clgate.cli:main" in text
     assert "clgate.engine.strategies:" not in text
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_runs_a_job_and_gates_it(wheel, tmp_path):
+    """``pip install --find-links DIR 'clgate[engine]==V'`` into a venv outside the repository (torch
+    pinned by the constraints to the local CPU build), then ``clgate run`` on the shipped digits job
+    and ``clgate gate`` with a preset, from a directory that holds no clgate file."""
+    from clgate import __version__
+    from tests.packaging.conftest import install_into_fresh_venv
+
+    repo = Path(__file__).resolve().parents[2]
+    venv = install_into_fresh_venv(tmp_path / "venv", wheel, f"clgate[engine]=={__version__}", repo)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    clgate = str(venv / "bin" / "clgate")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [clgate, *args], capture_output=True, text=True, check=False, cwd=work, env=env, timeout=600
+        )
+
+    where = "from importlib.resources import files; print(files('clgate.examples') / 'jobs/digits-er.yaml')"
+    job = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", where], capture_output=True, text=True, check=True, cwd=work
+    ).stdout.strip()
+    assert "site-packages" in job
+    done = run("run", job, "--out", "logs", "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = sorted(str(p) for p in (work / "logs").glob("log-seed*.json"))
+    assert logs
+    done = run("gate", "--log", *logs, "--policy", "preset:digits-release", "--out", "gate", "--json")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    decision = json.loads(done.stdout)
+    assert decision["policy_name"] == "digits-release" and decision["verdict"] in ("PASS", "WARN", "FAIL")
+    assert (work / "gate" / "report.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_release_builds_an_sdist_and_a_wheel_that_twine_accepts(tmp_path, checkout_copier):
+    """What .github/workflows/release.yml publishes: ``python -m build`` (here without isolation, offline)
+    and ``twine check --strict``; the version comes from clgate/_version.py."""
+    import sys
+
+    from clgate import __version__
+
+    source = checkout_copier(tmp_path / "source")
+    dist = tmp_path / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == [f"clgate-{__version__}-py3-none-any.whl", f"clgate-{__version__}.tar.gz"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.count("PASSED") == 2

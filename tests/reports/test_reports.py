@@ -35,11 +35,15 @@ RULES = [
 ]
 
 
+# a provenance as long as a CI's (candidate, build, paths): long enough for a page break to split it
+CI_LIKE = {f"ci_variable_{i:02d}": f"value {i}" for i in range(18)}
+
+
 @pytest.fixture
 def gated(tmp_path, forgetful_log, policy_of):
     policy = policy_of(*RULES, fmeca={"default_severity": 6, "severity": {"ant": 9}, "default_detection": 4})
     return gate_logs(
-        [forgetful_log(seed=3)], policy, out_dir=tmp_path / "out", provenance={"test": "reports"}
+        [forgetful_log(seed=3)], policy, out_dir=tmp_path / "out", provenance={"test": "reports", **CI_LIKE}
     )
 
 
@@ -138,7 +142,14 @@ _OVERFLOW_JS = """() => {
 }"""  # noqa: E501 - embedded JavaScript source
 
 
-@pytest.mark.parametrize("width", [1400, 420])
+# the rule ids and failure modes that wrap onto a second line (each is one word to a reader)
+_WRAPPED_IDS_JS = """() => [...document.querySelectorAll('td.rule-id code, td.mode')]
+  .filter(e => { const line = parseFloat(getComputedStyle(e).lineHeight) || 20;
+                 return e.getBoundingClientRect().height > 1.5 * line; })
+  .map(e => e.textContent)"""
+
+
+@pytest.mark.parametrize("width", [1280, 390])
 def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir, width):
     chromium = require_binary("chromium")
     from playwright.sync_api import sync_playwright
@@ -181,6 +192,8 @@ def test_html_renders_in_headless_chromium(gated, require_binary, artifacts_dir,
             assert page.locator("#fmeca-table tbody tr").count() == 6
             assert page.locator("#criticality-matrix tbody tr").count() == 10
             assert page.evaluate(_OVERFLOW_JS) == []  # nothing cut off, no sideways scrolling
+            assert page.locator("td.rule-id").count() == len(RULES)
+            assert page.evaluate(_WRAPPED_IDS_JS) == []  # no rule id broken (worst-clas|s)
             if width < 500:  # narrow: table rows reflow into labelled cards
                 cell = page.locator("#fmeca-table tbody tr").first.locator("td").nth(4)
                 assert (
@@ -234,6 +247,9 @@ def test_pdf_beside_the_html_has_the_header_on_its_first_page(gated, require_bin
         assert " ".join(first_line.split()) == header, (n, first_line)
     everything = " ".join(" ".join(page_text(i).split()) for i in range(1, pages + 1))
     assert '"test": "reports"' in everything  # the provenance is printed, not collapsed
+    # no near-empty last page (a lone hash line): the provenance table and its JSON stay together
+    last = [x for x in page_text(pages).splitlines()[1:] if x.strip() and not x.strip().startswith("page ")]
+    assert len(last) > 5 and "Provenance" in " ".join(last), last
 
 
 def test_pdf_without_chromium_says_so(gated, monkeypatch):

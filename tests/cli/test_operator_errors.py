@@ -1,0 +1,73 @@
+"""A database or data folder the settings point at but that cannot be reached or used is the operator's
+to fix: exit 2 naming the setting and the host (password hidden), never "internal error … a bug"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.service import free_port
+
+CLGATE = str(Path(sys.executable).with_name("clgate"))
+
+
+def _clgate(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    return subprocess.run(
+        [CLGATE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**clean, **env},
+        timeout=120,
+    )
+
+
+def _assert_operator_error(done: subprocess.CompletedProcess[str], setting: str, *needles: str) -> None:
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"error: {setting} ("), done.stderr
+    assert "bug in clgate" not in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["db", "upgrade"], ["serve", "--port", "0"], ["keys", "create", "--name", "ci", "--role", "admin"]],
+)
+def test_a_refused_database_port_names_the_setting_and_host(command, tmp_path):
+    port = free_port()  # nothing listens there
+    url = f"postgresql+psycopg://app:s3cret@127.0.0.1:{port}/clgate"
+    done = _clgate(*command, env={"CLGATE_DATABASE_URL": url, "CLGATE_DATA_DIR": str(tmp_path)}, cwd=tmp_path)
+    _assert_operator_error(done, "CLGATE_DATABASE_URL", f"127.0.0.1:{port}", "refused")
+    assert "s3cret" not in done.stderr
+
+
+def test_wrong_credentials_name_the_setting_and_host(postgres_url, tmp_path):
+    url = postgres_url.replace("://clgate@", "://intruder:wrong@")
+    done = _clgate(
+        "db", "upgrade", env={"CLGATE_DATABASE_URL": url, "CLGATE_DATA_DIR": str(tmp_path)}, cwd=tmp_path
+    )
+    _assert_operator_error(done, "CLGATE_DATABASE_URL", "intruder", '"intruder"')
+    assert "wrong" not in done.stderr.replace("intruder", "")
+    # the same server with the right role migrates: the error above was the credentials
+    done = _clgate(
+        "db",
+        "upgrade",
+        env={"CLGATE_DATABASE_URL": postgres_url, "CLGATE_DATA_DIR": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_unusable_data_folder_names_clgate_data_dir(tmp_path):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    done = _clgate("db", "upgrade", "--data-dir", str(blocked / "data"), env={}, cwd=tmp_path)
+    _assert_operator_error(done, "CLGATE_DATA_DIR", str(blocked))
