@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from clgate import __version__
+from clgate._version import __version__
 from clgate.schemas.api import Health
 from clgate.service import errors
 from clgate.service.auth import create_key

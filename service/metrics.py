@@ -266,7 +266,7 @@ def api_registry(
     worker_stale_s: float = 60.0,
 ) -> CollectorRegistry:
     """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode)."""
-    from clgate import __version__
+    from clgate._version import __version__
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ApiInfoCollector(__version__, store_metrics))

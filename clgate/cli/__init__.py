@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from clgate import __version__
+from clgate._version import __version__
 
 app = typer.Typer(
     name="clgate",

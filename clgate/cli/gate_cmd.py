@@ -130,7 +130,7 @@ def _environment() -> dict[str, Any]:
 
     import numpy
 
-    from clgate import __version__
+    from clgate._version import __version__
 
     return {
         "gated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

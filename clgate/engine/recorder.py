@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-import clgate
+from clgate._version import __version__
 from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.resources import SampleCost, count_params, measure_costs
@@ -175,7 +175,7 @@ class Recorder:
             "future_tasks": future_tasks,
             "predict_over": predict_over,
             "versions": {
-                "clgate": clgate.__version__,
+                "clgate": __version__,
                 "torch": torch.__version__,
                 "python": platform.python_version(),
             },

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-import clgate
+from clgate._version import __version__
 from clgate.engine.data import Dataset, load_data, model_input
 from clgate.engine.errors import EngineInputError, ModelError
 from clgate.engine.evaluator import ContinualEvaluator
@@ -292,7 +292,7 @@ class _SeedRun:
             },
             "precision": self.precision,
             "versions": {
-                "clgate": clgate.__version__,
+                "clgate": __version__,
                 "torch": torch.__version__,
                 "python": platform.python_version(),
             },

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clgate import __version__
+from clgate._version import __version__
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
