@@ -26,6 +26,10 @@ import numpy as np
 from clgate.engine.errors import DataError
 from clgate.engine.samples import DECODE_ERRORS, ImageFiles
 
+# model_input lives with the batches it converts (samples, which data imports, never the other way);
+# re-exported here, where callers have always found it.
+from clgate.engine.samples import model_input as model_input
+
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
 
@@ -207,22 +211,6 @@ def _as_float(a: np.ndarray | ImageFiles) -> np.ndarray | ImageFiles:
     if a.dtype == np.uint16:
         return (a.astype(np.float32) / float(np.iinfo(a.dtype).max)).astype(np.float32)
     return np.ascontiguousarray(a, dtype=np.float32)
-
-
-def model_input(x: Any) -> Any:
-    """A batch as the model takes it: uint8 images → float32 in [0, 1] (÷ 255); anything else as is.
-
-    Works on torch tensors (on any device, so only the batch is converted there) and numpy arrays.
-
-    >>> import torch
-    >>> model_input(torch.tensor([[0, 51, 255]], dtype=torch.uint8))
-    tensor([[0.0000, 0.2000, 1.0000]])
-    """
-    if getattr(x, "dtype", None) is not None and str(x.dtype).endswith("uint8"):
-        if isinstance(x, np.ndarray):
-            return x.astype(np.float32) / np.float32(255.0)
-        return x.float().div_(255.0)
-    return x
 
 
 def _names(ids: np.ndarray, names: list[str]) -> str:
