@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from clgate._version import __version__
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
 from clgate.store.models import DEFAULT_PROJECT, Decision, Job, JobState, WorkerHeartbeat, as_utc, utcnow
 
@@ -266,8 +267,6 @@ def api_registry(
     worker_stale_s: float = 60.0,
 ) -> CollectorRegistry:
     """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode)."""
-    from clgate._version import __version__
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ApiInfoCollector(__version__, store_metrics))
     ProcessCollector(registry=registry)

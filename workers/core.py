@@ -10,20 +10,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clgate.schemas.errors import InputError
+from clgate.gate import gate_logs
+from clgate.policy import parse_policy as _parse
+from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+from clgate.schemas.job import JobSpec
 
 
 def parse_policy(document: dict[str, Any]):
     """A validated :class:`clgate.policy.Policy`; raises :class:`~clgate.schemas.errors.InputError`."""
-    from clgate.policy import parse_policy as _parse
-
     return _parse(document)
 
 
 def parse_job_spec(document: dict[str, Any]):
     """A validated :class:`clgate.schemas.job.JobSpec`; raises :class:`~clgate.schemas.errors.InputError`."""
-    from clgate.schemas.job import JobSpec
-
     return JobSpec.parse(document)
 
 
@@ -34,9 +34,6 @@ def load_log(path: Path):
     line is a whole JSON object and more lines follow.
     """
     from pydantic import ValidationError
-
-    from clgate.schemas.errors import problems_of
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     if path.suffix != ".jsonl" and _is_json_lines(path):
         try:
@@ -61,6 +58,7 @@ def _is_json_lines(path: Path) -> bool:
 
 def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
     """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
+    # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine.data import check_image_folder_limits, check_npz_limits
 
     data = getattr(spec, "data", None)
@@ -89,6 +87,7 @@ def run_engine(
 ) -> tuple[list[Path], bool]:
     """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log
     partial)."""
+    # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine import JobCancelled, run_job
 
     try:
@@ -101,8 +100,6 @@ def run_engine(
 
 def gate(logs: Sequence[Any], policy, *, baseline, out_dir: Path, provenance: dict[str, Any]):
     """``clgate.gate.gate_logs`` → the decision (writes report.html, report.md, decision.json …)."""
-    from clgate.gate import gate_logs
-
     result = gate_logs(logs, policy, baseline=baseline, out_dir=out_dir, provenance=provenance)
     return getattr(result, "decision", result)
 

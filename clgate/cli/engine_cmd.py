@@ -28,6 +28,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     """The spec file with overrides applied, or (no file) a spec from the overrides alone."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
@@ -124,6 +125,7 @@ class _Display:
 
 
 def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.engine import EngineInputError, run_job
     from clgate.schemas.evaluation_log import EvaluationLog
 
@@ -224,6 +226,7 @@ def evaluate_command(
 
 
 def _absolute_checkpoint(text: str) -> str:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.job import parse_checkpoint
 
     parsed = parse_checkpoint(text)

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clgate._version import __version__
+from clgate.cli.extras import require_extra
+
 if TYPE_CHECKING:
     from clgate.gate import GateResult
     from clgate.policy import Policy
@@ -50,6 +53,7 @@ def repo_file(relative: str) -> Path:
 
 
 def _load_policy(path: Path) -> Policy:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.policy import PolicyError, load_policy
 
     try:
@@ -60,6 +64,7 @@ def _load_policy(path: Path) -> Policy:
 
 
 def _load_log(path: Path) -> EvaluationLog:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     try:
@@ -74,6 +79,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import evidence_text, fmt, threshold_text
 
     console = Console(file=file or sys.stdout, width=max(100, Console().width))
@@ -112,6 +118,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     )
     from rich.markup import escape
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import fmeca_note, worst_moment_text
 
     if decision.headline.worst_moment is not None:
@@ -130,8 +137,6 @@ def _environment() -> dict[str, Any]:
 
     import numpy
 
-    from clgate._version import __version__
-
     return {
         "gated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "host": platform.node(),
@@ -140,9 +145,8 @@ def _environment() -> dict[str, Any]:
 
 
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
-    from clgate.cli.extras import require_extra
-
     require_extra("engine", "clgate gate --job")
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.engine import run_job
     from clgate.schemas.job import JobSpec, JobSpecError
 
@@ -240,12 +244,14 @@ def gate_command(
         logs = [_load_log(p) for p in log_paths]
     except InputRejected as exc:
         # CI still gets a JUnit file and a summary that say why nothing was judged
+        # lazy: CLI — `clgate --help` loads no command's dependencies
         from clgate.reports import render_input_error_junit, render_input_error_markdown
 
         _write_text(junit, render_input_error_junit(exc.message))
         _append_text(summary_md, render_input_error_markdown(exc.message))
         raise
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.gate import gate_logs
 
     provenance = {
@@ -271,6 +277,7 @@ def gate_command(
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.vocab import exit_code
 
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
@@ -293,6 +300,7 @@ def _append_text(path: Path | None, text: str) -> None:
 def _write_extras(
     result: GateResult, junit: Path | None, summary_md: Path | None, report_url: str | None
 ) -> None:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import render_junit, render_markdown
 
     written = result.files.get("junit.xml")  # the same file as in --out (its time and timestamp)
@@ -302,6 +310,7 @@ def _write_extras(
 
 def _write_pdf(result: GateResult) -> None:
     """report.pdf beside report.html; without Chromium, say so on stderr and go on (the verdict stands)."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import PdfError, write_pdf
 
     try:
@@ -325,6 +334,7 @@ def demo_command(
     No server, CPU only, well under a minute here. ER is expected to PASS and finetune to FAIL: it
     forgets every old class (MICA and min-ACC fall to 0).
     """
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.engine import run_job
     from clgate.gate import gate_logs
     from clgate.schemas.job import JobSpec, JobSpecError

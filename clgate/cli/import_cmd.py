@@ -34,6 +34,7 @@ def import_command(
     ] = None,
 ) -> None:
     """Turn a per-class results table into a validated clgate.evaluation-log/v1 (exit 2 on bad input)."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.log_import import TableError, import_table
 
     layout = None

@@ -43,6 +43,7 @@ def fail(message: str, code: int = 2) -> None:
 
 def load_logs(paths: list[Path]) -> list[EvaluationLog]:
     """Load and validate logs; a bad one exits 2 with the validation message."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
 
     logs = []
@@ -105,6 +106,7 @@ def metrics_command(
     ] = 0.95,
 ) -> None:
     """Compute every clgate metric of one evaluation log, or of several runs of one job."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.metrics import compute_metrics, compute_runs
 
     windows = tuple(window) if window else (10, 100)
@@ -152,6 +154,7 @@ def schema_command(
 
 # ---------------------------------------------------------------------- rendering
 def _arrow(metric_id: str) -> str:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.metrics import metric_info
 
     try:
@@ -177,6 +180,7 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.metrics import MetricsResult
 
     console = Console()

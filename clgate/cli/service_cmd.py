@@ -26,6 +26,7 @@ audit_app = typer.Typer(
 def _settings(data_dir: Path | None = None, **overrides):
     from pydantic import ValidationError
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store.settings import load_settings
 
     if data_dir is not None:
@@ -42,6 +43,7 @@ def _settings(data_dir: Path | None = None, **overrides):
 def _sessions(settings, *, migrate: bool = True):
     """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job
     has."""
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import wait_for_schema
 
@@ -63,6 +65,7 @@ def serve(
     import uvicorn
     from sqlalchemy import select
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.service.auth import create_key
     from clgate.store.db import session_scope
     from clgate.store.models import ApiKey
@@ -76,6 +79,7 @@ def serve(
         raise typer.Exit(2)
     sessions = _sessions(settings, migrate=settings.auto_migrate)
     if settings.bootstrap_admin_key:
+        # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
         from clgate.service.app import bootstrap_admin
 
         try:
@@ -129,6 +133,7 @@ def worker(
         )
         raise typer.Exit(2)
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.schemas.vocab import QUEUES
 
     unknown = [q for q in wanted if q not in QUEUES]
@@ -138,6 +143,7 @@ def worker(
             err=True,
         )
         raise typer.Exit(2)
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.workers.app import app as celery_app
 
     argv = [
@@ -171,6 +177,7 @@ def exporter(
 
     from prometheus_client import start_http_server
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.service.dispatch import CeleryDispatcher
     from clgate.service.metrics import exporter_registry
 
@@ -224,6 +231,7 @@ def keys_create(
     """Create an API key and print it (only its hash is stored)."""
     import re
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.service.auth import create_key
     from clgate.store.db import session_scope
     from clgate.store.models import PROJECT_PATTERN
@@ -247,6 +255,7 @@ def db_upgrade(
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Apply the database migrations (run once per release before the API and workers start)."""
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import current_revision
 
@@ -266,6 +275,7 @@ def db_grant(
     SELECT, INSERT, UPDATE and DELETE; never TRUNCATE, REFERENCES, TRIGGER nor ownership, so the
     application cannot disable the append-only triggers.
     """
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import grant_app_role
 
@@ -303,6 +313,7 @@ def audit_verify(
     """
     if decision:
         raise typer.Exit(_verify_decision_files(decision))
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.chain import CHAINS, anchored, verify
 
@@ -316,6 +327,7 @@ def audit_verify(
             )
             raise typer.Exit(2)
         anchors.append((parts[0], int(parts[1]), parts[2]))
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store.db import current_revision, head_revision
 
     store = open_store(_settings(data_dir))
@@ -356,6 +368,7 @@ def _verify_decision_files(paths: list[Path]) -> int:
     """0 when every file's ``sha256`` matches its content, 1 when one does not, 2 when one is unreadable."""
     import json
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.schemas.decision import decision_sha256
 
     worst = 0

@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from clgate._version import __version__
+from clgate.metrics import compute_metrics, compute_runs
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
 from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.policy import rule_label
 from clgate.schemas.vocab import Verdict
 
 
@@ -214,8 +216,6 @@ def evaluate(
     provenance: dict | None = None,
 ) -> GateResult:
     """:func:`decide`, keeping the metrics results for the reports."""
-    from clgate.metrics import compute_metrics, compute_runs
-
     if not runs:
         raise ValueError("runs: at least one evaluation log is needed")
     opts: dict[str, Any] = {"task_accuracy": policy.task_accuracy, "windows": policy.windows()}
@@ -302,8 +302,6 @@ def evaluate(
 
 
 def _label(policy: Policy, i: int) -> str:
-    from clgate.schemas.policy import rule_label
-
     return rule_label(policy.rules[i], i)
 
 

@@ -33,6 +33,8 @@ from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
 from clgate.fmt import fmt_short
+from clgate.metrics import metric_info
+from clgate.policy.model import LCB_METRICS
 from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import ClassStats, MetricsResult
@@ -246,8 +248,6 @@ def _judge_metric(rule: MetricRule, runs: Sequence[MetricsResult]) -> _Judged:
     metric = rule.metric
     source = metric
     if rule.bound == "wilson95":
-        from clgate.policy.model import LCB_METRICS
-
         source = LCB_METRICS[metric]
     cells = _cells(runs, source)
     at, _ = parse_at(rule.at)
@@ -621,8 +621,6 @@ def evaluate_rules(
     baseline_problem: str | None = None,
 ) -> list[RuleResult]:
     """One :class:`RuleResult` per rule of ``policy`` (a validated :class:`clgate.policy.Policy`)."""
-    from clgate.metrics import metric_info
-
     results = []
     for i, rule in enumerate(policy.rules):
         label = rule_label(rule, i)

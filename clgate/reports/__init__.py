@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.metrics import LogArrays
 from clgate.schemas.decision import Decision, RuleResult, decision_sha256
 from clgate.schemas.fmeca import FmecaWorksheet
 
@@ -526,6 +527,7 @@ def render_html(
     provenance printed in full."""
     import jinja2
 
+    # lazy: matplotlib — slow to import, loaded only when figures are drawn
     from clgate.reports import figures
 
     figs: dict[str, str] = {}
@@ -535,8 +537,6 @@ def render_html(
         figs["acc_mica"] = figures.acc_vs_mica(runs)
         figs["raa_raf"] = figures.raa_raf(runs)
         if logs:
-            from clgate.metrics import LogArrays
-
             arrays = [LogArrays.from_log(log, task_accuracy=runs[0].task_accuracy) for log in logs]
             figs["boxplots"] = figures.class_boxplots(arrays)
             # the heatmap of the run with the worst moment (the first run when there is none)
