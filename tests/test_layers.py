@@ -39,6 +39,16 @@ LAYERS_ABOVE = {
     "clgate._version": ("clgate.",),  # the version imports nothing
     "clgate.fmt": ("clgate.",),  # number formatting, used by every renderer: imports nothing of clgate
     "clgate.schemas": ("clgate.",),  # the contract imports nothing of clgate but itself
+    # documents as files and text (YAML/JSON job specs, evaluation logs): the contract and nothing else
+    "clgate.documents": (
+        "clgate.metrics",
+        "clgate.policy",
+        "clgate.fmeca",
+        "clgate.reports",
+        "clgate.gate",
+        "clgate.log_import",
+        *ABOVE_THE_CORE,
+    ),
     # a results table → an evaluation log: the contract and nothing else
     "clgate.log_import": (
         "clgate.metrics",
@@ -100,6 +110,8 @@ PURE = (
     "clgate.gate",
     "clgate.reports",
 )
+# The contract holds pydantic models only: reading and writing files is clgate.documents' job.
+FILE_IO = ("yaml", "pathlib", "io", "shutil", "tempfile")
 FRAMEWORKS = ("torch", "fastapi", "starlette", "celery", "kombu", "sqlalchemy", "alembic", "redis", "sklearn")
 
 
@@ -182,6 +194,10 @@ def _violations(module: str, path: Path) -> list[str]:
                 prefix = above if above.endswith(".") else above + "."
                 if (name == above or name.startswith(prefix)) and not name.startswith(layer):
                     problems.append(f"{where}: {module} imports {name} (a layer above it)")
+        if module.startswith("clgate.schemas") and name.split(".")[0] in FILE_IO:
+            problems.append(
+                f"{where}: the contract module {module} imports {name} (file I/O: clgate.documents)"
+            )
         if module.startswith(PURE) and name.split(".")[0] in FRAMEWORKS:
             problems.append(f"{where}: the pure core module {module} imports the framework {name}")
         if (
@@ -226,3 +242,6 @@ def test_the_check_catches_an_arrow_that_runs_back_up(tmp_path):
     problems = _violations("clgate.metrics.bad", bad)
     assert any("clgate.service.app" in p for p in problems)
     assert any("framework torch" in p for p in problems)
+    reader = tmp_path / "reader.py"
+    reader.write_text("def load():\n    import yaml\n")
+    assert any("file I/O" in p for p in _violations("clgate.schemas.reader", reader))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from clgate import documents
 from clgate.gate import gate_logs
 from clgate.policy import parse_policy as _parse
 from clgate.schemas.errors import InputError, problems_of
@@ -41,7 +42,7 @@ def load_log(path: Path):
         except (ValueError, UnicodeDecodeError) as exc:
             problems = problems_of(exc) if isinstance(exc, ValidationError) else [str(exc)]
             raise EvaluationLogError(problems, str(path)) from None
-    return EvaluationLog.load(path)
+    return documents.load_log(path)
 
 
 def _is_json_lines(path: Path) -> bool:

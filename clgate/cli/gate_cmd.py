@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -35,7 +35,7 @@ class InputRejected(typer.Exit):
         self.message = message
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise InputRejected(message, code)
 
@@ -65,10 +65,11 @@ def _load_policy(path: Path) -> Policy:
 
 def _load_log(path: Path) -> EvaluationLog:
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    from clgate.documents import load_log
+    from clgate.schemas.evaluation_log import EvaluationLogError
 
     try:
-        return EvaluationLog.load(path)
+        return load_log(path)
     except EvaluationLogError as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable
@@ -87,16 +88,8 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     table = Table(
         title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False
     )
-    for col, kw in (
-        ("status", {}),
-        ("#", {"justify": "right"}),
-        ("rule", {}),
-        ("value", {"justify": "right"}),
-        ("threshold", {}),
-        ("margin", {"justify": "right"}),
-        ("evidence", {}),
-    ):
-        table.add_column(col, **kw)
+    for col in ("status", "#", "rule", "value", "threshold", "margin", "evidence"):
+        table.add_column(col, justify="right" if col in ("#", "value", "margin") else "left")
     for r in decision.rules:
         ev = evidence_text(r.evidence) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
@@ -147,13 +140,14 @@ def _environment() -> dict[str, Any]:
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     require_extra("engine", "clgate gate --job")
     # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_job, parse_overrides
     from clgate.engine import run_job
-    from clgate.schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpecError
 
     try:
-        spec = JobSpec.load(job)
+        spec = load_job(job)
         if overrides:
-            spec = spec.with_overrides(overrides)
+            spec = spec.with_overrides(parse_overrides(overrides))
     except JobSpecError as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -335,9 +329,10 @@ def demo_command(
     forgets every old class (MICA and min-ACC fall to 0).
     """
     # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_job
     from clgate.engine import run_job
     from clgate.gate import gate_logs
-    from clgate.schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
     if not policy_file.exists():
@@ -352,7 +347,7 @@ def demo_command(
     for strategy, job_file in jobs.items():
         t0 = time.perf_counter()
         try:
-            spec = JobSpec.load(job_file)
+            spec = load_job(job_file)
         except JobSpecError as exc:
             _fail(str(exc))
         run_dir = out / strategy

@@ -6,7 +6,7 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -35,7 +35,7 @@ SCHEMAS = {
 }
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print an error for a person (no traceback) and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -44,12 +44,13 @@ def fail(message: str, code: int = 2) -> None:
 def load_logs(paths: list[Path]) -> list[EvaluationLog]:
     """Load and validate logs; a bad one exits 2 with the validation message."""
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    from clgate.documents import load_log
+    from clgate.schemas.evaluation_log import EvaluationLogError
 
     logs = []
     for path in paths:
         try:
-            logs.append(EvaluationLog.load(path))
+            logs.append(load_log(path))
         except EvaluationLogError as exc:
             fail(str(exc))
     return logs
@@ -239,9 +240,9 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
         )
     console.print(scalars)
     if "cl_stability" in result.metrics:
-        reason = result.reasons.get("cl_stability")
+        note = result.reasons.get("cl_stability")
         console.print(
-            f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({reason})" if reason else "")
+            f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({note})" if note else "")
         )
 
 

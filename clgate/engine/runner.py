@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from clgate._version import __version__
+from clgate.documents import dump_log
 from clgate.engine.data import Dataset, load_data, model_input
 from clgate.engine.errors import EngineInputError, ModelError
 from clgate.engine.evaluator import ContinualEvaluator
@@ -259,7 +260,7 @@ class _SeedRun:
         )
 
     def _save(self, partial: bool) -> None:
-        self._log(partial).dump(self.path)
+        dump_log(self._log(partial), self.path)
 
     def _base_meta(self) -> dict[str, Any]:
         spec = self.spec

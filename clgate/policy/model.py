@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import model_validator
 
+from clgate.documents import parse_document, read_text
 from clgate.metrics import REGISTRY, metric_info
-from clgate.schemas.errors import InputError, parse_document, read_text, validate
+from clgate.schemas.errors import InputError, validate
 from clgate.schemas.policy import RULE_TAGS, BaselineRule, MetricRule
 from clgate.schemas.policy import Policy as PolicySchema
 

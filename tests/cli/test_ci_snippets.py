@@ -11,6 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from clgate.cli import app
+from clgate.documents import dump_log
 
 
 def _gate_command(path: Path) -> str:
@@ -39,9 +40,9 @@ def test_snippet_gate_step_runs(snippet, repo_root, tmp_path, monkeypatch, build
             points, tasks=[[2 * t, 2 * t + 1] for t in range(5)], names=[str(c) for c in range(10)], seed=seed
         )
 
-    digits_log(0.9, 0).dump(tmp_path / "eval-logs" / "log-seed0.json")
-    digits_log(0.88, 1).dump(tmp_path / "eval-logs" / "log-seed1.json")
-    digits_log(0.85, 0).dump(tmp_path / "released" / "log.json")
+    dump_log(digits_log(0.9, 0), tmp_path / "eval-logs" / "log-seed0.json")
+    dump_log(digits_log(0.88, 1), tmp_path / "eval-logs" / "log-seed1.json")
+    dump_log(digits_log(0.85, 0), tmp_path / "released" / "log.json")
     policy = tmp_path / "examples" / "policies"
     policy.mkdir(parents=True)
     policy.joinpath("digits-release.yaml").write_text(

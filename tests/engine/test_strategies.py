@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import StrategyError
 from clgate.engine.samples import Samples
@@ -20,7 +21,6 @@ from clgate.engine.strategies import (
     create_strategy,
     get_strategy,
 )
-from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _ctx(n_classes: int = 4) -> StrategyContext:
@@ -110,7 +110,7 @@ def test_gdumb_memory_is_balanced_and_model_reset():
 def test_other_strategies_run_and_learn(tmp_path, synthetic_spec, name):
     spec = synthetic_spec(**{"strategy.name": name, "training.epochs": 2})
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     end = log.points[-1]
     assert log.meta["strategy"] == name and end.task_end
     assert sum(end.correct) / sum(end.total) > 1 / 6  # better than chance over 6 classes
@@ -158,7 +158,7 @@ def test_third_party_strategy_through_entry_point(tmp_path, monkeypatch, synthet
         **{"strategy.name": "smooth", "strategy.smoothing": 0.1, "model.predict_over": "all"}
     )
     (path,) = run_job(spec, tmp_path / "out")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["strategy"] == "smooth" and log.meta["strategy_params"] == {"smoothing": 0.1}
 
 
