@@ -70,7 +70,7 @@ class Dataset:
             a = np.ascontiguousarray(a)
             flat = a.reshape(-1).view(np.uint8)
             for start in range(0, len(flat), 1 << 24):  # streamed: no whole-array byte copy
-                h.update(flat[start : start + (1 << 24)])
+                h.update(flat[start : start + (1 << 24)].data)
         h.update("\x00".join(self.class_names).encode())
         return h.hexdigest()
 

@@ -66,8 +66,8 @@ class ImageFiles:
     def decode(self, i: int) -> np.ndarray:
         path = self.paths[i]
         try:
-            with Image.open(path) as img:
-                img = img.convert(self.color).resize((self.size[1], self.size[0]), Image.BILINEAR)
+            with Image.open(path) as src:
+                img = src.convert(self.color).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
                 a = np.asarray(img, dtype=np.uint8)
         except DECODE_ERRORS as exc:
             raise DataError(f"{path}: cannot decode image ({exc})") from None
@@ -255,7 +255,7 @@ def _load(
     n_workers = default_workers() if workers is None else workers
     loader = torch.utils.data.DataLoader(
         _Batches(samples),
-        sampler=plan,  # type: ignore[arg-type]  # any iterable of keys; each key is a batch
+        sampler=plan,  # any iterable of keys; each key is a batch
         batch_size=None,
         num_workers=n_workers,
         pin_memory=pin,
