@@ -6,12 +6,14 @@ Every ``import`` in every module is read (top level and inside functions alike),
 back up fails here even when it is a lazy import. Every module of the package has a row (a module that no
 row covers fails), the package root included: the root may import only :mod:`clgate._version` and the
 modules of its lazy public re-exports (``clgate.LAZY_EXPORTS``), and a module that imports the root is
-held to those edges too (importing the root may load them).
+held to those edges too (importing the root may load them). No module imports itself through others
+(no import cycle), and the contract (``clgate.schemas``) does no file I/O.
 """
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,39 @@ def test_the_check_catches_an_arrow_that_runs_back_up(tmp_path):
     reader = tmp_path / "reader.py"
     reader.write_text("def load():\n    import yaml\n")
     assert any("file I/O" in p for p in _violations("clgate.schemas.reader", reader))
+
+
+def _import_graph(modules: list[tuple[str, Path]]) -> dict[str, set[str]]:
+    """Module → the package modules it imports (top level or inside functions), its own packages left out.
+
+    ``from clgate.metrics import steps`` inside ``clgate.metrics.compute`` imports a sibling through
+    the package; Python resolves that while the package is still initialising, so an edge to an
+    enclosing package is no cycle.
+    """
+    names = {name for name, _ in modules}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules:
+        edges = set()
+        for _, name in _imports(path, module):
+            while name and name not in names:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                edges.add(name)
+        graph[module] = edges
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    """No import cycle (``engine.data`` ↔ ``engine.samples`` was one): the graph sorts."""
+    try:
+        graphlib.TopologicalSorter(_import_graph(_modules())).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail(f"import cycle: {' → '.join(exc.args[1])}")
+
+
+def test_the_cycle_check_sees_an_inner_import(tmp_path):
+    (tmp_path / "a.py").write_text("from clgate.engine.b import f\n")
+    (tmp_path / "b.py").write_text("def f():\n    from clgate.engine.a import g\n")
+    graph = _import_graph([("clgate.engine.a", tmp_path / "a.py"), ("clgate.engine.b", tmp_path / "b.py")])
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(graph).prepare()
