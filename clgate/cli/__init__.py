@@ -5,6 +5,9 @@ Heavy imports (torch, matplotlib, fastapi …) happen inside the commands, so ``
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from clgate._version import __version__
@@ -49,9 +52,6 @@ _register()
 
 def main() -> None:
     """Console entry point. Exit codes: 0 ok, 1 gate FAIL, 2 invalid input or usage, 3 internal error."""
-    import os
-    import sys
-
     try:
         app()
     except KeyboardInterrupt:

@@ -7,8 +7,11 @@ Exit codes: 0 PASS (and WARN unless ``--fail-on-warn``), 1 FAIL (or WARN with ``
 
 from __future__ import annotations
 
+import datetime
+import platform
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -46,8 +49,6 @@ def repo_file(relative: str) -> Path:
     here = Path(relative)
     if here.exists():
         return here
-    from importlib.resources import files
-
     inside = relative.removeprefix("examples/")
     return Path(str(files("clgate.examples").joinpath(inside)))
 
@@ -125,10 +126,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
 
 def _environment() -> dict[str, Any]:
     """Where and when the gate ran (for the audit trail; not part of the decision's hashes)."""
-    import datetime
-    import platform
-
-    import numpy
+    import numpy  # lazy: numpy — `clgate --help` does not load it
 
     return {
         "gated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from enum import StrEnum
@@ -141,8 +142,6 @@ def schema_command(
     name: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCHEMAS)}.", show_default=False)],
 ) -> None:
     """Print the JSON Schema of a clgate document (evaluation log, metrics, job, policy, decision)."""
-    import importlib
-
     if name not in SCHEMAS:
         fail(f"unknown schema {name!r}; choose one of: {', '.join(SCHEMAS)}")
     module_name, attribute = SCHEMAS[name].split(":")

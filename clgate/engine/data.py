@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from clgate.engine.errors import DataError
 from clgate.engine.samples import DECODE_ERRORS, ImageFiles
@@ -221,6 +223,7 @@ def _names(ids: np.ndarray, names: list[str]) -> str:
 # ---------------------------------------------------------------------- loaders
 def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
     """scikit-learn's digits as ``(N, 1, 8, 8)`` images in [0, 1]; stratified seeded held-out split."""
+    # scikit-learn (slow to import): only the digits data set needs it
     from sklearn.datasets import load_digits as sk_digits
     from sklearn.model_selection import train_test_split
 
@@ -319,10 +322,6 @@ def check_image_folder_limits(
     only: more than ``max_samples`` images, decoded arrays over ``max_bytes``, or one image whose header
     declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded).
     """
-    import warnings
-
-    from PIL import Image
-
     root = Path(path)
     problems: list[str] = []
     files = [
@@ -492,8 +491,6 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
 
 def _check_image_header(path: Path) -> None:
     """Refuse a file that is not an image Pillow can open (its header only is read)."""
-    from PIL import Image
-
     try:
         with Image.open(path) as img:
             img.size  # noqa: B018 - the header is parsed on open; size is what it declares
