@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import typing
 from collections import Counter
 
 import pytest
@@ -16,6 +17,7 @@ from clgate.engine.strategies import (
     BUILTIN_STRATEGIES,
     ER,
     GDumb,
+    Strategy,
     StrategyContext,
     available_strategies,
     create_strategy,
@@ -172,3 +174,12 @@ def test_broken_plugin_is_reported(tmp_path, monkeypatch):
         StrategyError, match=r"strategy plugin 'broken' \(no_such_module_xyz:Thing\) cannot be loaded"
     ):
         get_strategy("broken")
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_STRATEGIES))
+def test_each_builtin_types_its_params_with_its_own_model(name):
+    """``class ER(Strategy[ERParams])`` with ``Params = ERParams``: self.params is typed as what it is."""
+    cls = BUILTIN_STRATEGIES[name]
+    (base,) = (b for b in cls.__orig_bases__ if typing.get_origin(b) is Strategy)
+    assert typing.get_args(base) == (cls.Params,)
+    assert type(cls(_ctx(n_classes=2)).params) is cls.Params
