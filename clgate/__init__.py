@@ -5,8 +5,8 @@ classes of the public training-loop API, :class:`~clgate.engine.recorder.Recorde
 :class:`~clgate.engine.evaluator.ContinualEvaluator`. They live in :mod:`clgate.engine`, which needs
 torch, so the re-export is lazy: ``import clgate`` needs no torch (the base install), and
 ``from clgate import Recorder`` loads the engine on first use. These two lazy edges are the root's only
-imports of a layer; ``tests/test_layers.py`` names them, and no module inside the package imports the
-root (the version comes from :mod:`clgate._version`).
+imports of a layer; ``tests/test_layers.py`` names them (``LAZY_EXPORTS``) and holds a module that
+imports the root to them too. The package's own modules take the version from :mod:`clgate._version`.
 """
 
 from __future__ import annotations
