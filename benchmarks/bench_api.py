@@ -38,6 +38,8 @@ from pathlib import Path
 
 import httpx
 
+from clgate.documents import load_log
+
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_KEY = "clg_00000000000000be_" + "b" * 43
 POLICY = REPO / "examples" / "policies" / "digits-release.yaml"
@@ -194,14 +196,13 @@ def direct_in_process(spec: dict, out: Path) -> float:
     from clgate.engine import run_job
     from clgate.gate import gate_logs
     from clgate.policy import parse_policy
-    from clgate.schemas.evaluation_log import EvaluationLog
     from clgate.schemas.job import JobSpec
 
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.perf_counter()
     paths = run_job(JobSpec.parse(spec), out / "logs")
     gate_logs(
-        [EvaluationLog.load(p) for p in paths],
+        [load_log(p) for p in paths],
         parse_policy(yaml.safe_load(POLICY.read_text())),
         out_dir=out / "gate",
     )

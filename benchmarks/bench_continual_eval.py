@@ -29,6 +29,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from clgate.documents import load_job, load_log  # noqa: E402 - after the sys.path insert above
 from clgate.engine import run_job  # noqa: E402 - after the sys.path insert above
 from clgate.engine.evaluator import ContinualEvaluator  # noqa: E402 - after the sys.path insert above
 from clgate.engine.models import build_model  # noqa: E402 - after the sys.path insert above
@@ -86,7 +87,7 @@ def bench_evaluation(n_samples: int, shape: tuple[int, ...], label: str) -> floa
 
 
 def digits_spec(**changes) -> JobSpec:
-    spec = JobSpec.load(REPO / "examples" / "jobs" / "digits-er.yaml")
+    spec = load_job(REPO / "examples" / "jobs" / "digits-er.yaml")
     return spec.with_overrides({"device": "cpu", **changes})
 
 
@@ -161,9 +162,8 @@ def bench_digits_er() -> tuple[float, float]:
         t = time.perf_counter()
         (path,) = run_job(spec, Path(tmp))
         in_process = time.perf_counter() - t
-        from clgate.schemas.evaluation_log import EvaluationLog
 
-        n_points = len(EvaluationLog.load(path).points)
+        n_points = len(load_log(path).points)
         clgate = REPO / ".venv" / "bin" / "clgate"
         cmd = [str(clgate)] if clgate.exists() else [sys.executable, "-m", "clgate.cli"]
         t = time.perf_counter()

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from clgate.policy import GateResult, Policy, evaluate
+from clgate.reports import write_reports
 from clgate.schemas.evaluation_log import EvaluationLog
 
 __all__ = ["GateResult", "gate_logs"]
@@ -33,8 +34,6 @@ def gate_logs(
     started, t0 = datetime.now(UTC), time.perf_counter()
     result = evaluate(logs, policy, baseline=baseline, provenance=provenance)
     if out_dir is not None:
-        from clgate.reports import write_reports
-
         result.files = write_reports(
             result.decision,
             Path(out_dir),

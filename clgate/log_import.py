@@ -213,12 +213,18 @@ def log_from_rows(
     integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
     digest = hashlib.sha256(json.dumps([r[1:] for r in records]).encode()).hexdigest()
     try:
-        return EvaluationLog(
-            class_names=None if integer_ids else names,
-            tasks=layout,
-            points=points,
-            meta={"imported_from": source, "table_sha256": digest, "counts_from_accuracy": from_accuracy}
-            | dict(meta or {}),
+        return EvaluationLog.model_validate(
+            {
+                "class_names": None if integer_ids else names,
+                "tasks": layout,
+                "points": points,
+                "meta": {
+                    "imported_from": source,
+                    "table_sha256": digest,
+                    "counts_from_accuracy": from_accuracy,
+                }
+                | dict(meta or {}),
+            }
         )
     except ValidationError as exc:
         raise TableError(

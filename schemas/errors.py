@@ -25,14 +25,12 @@ invalid evaluation log
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["InputError", "loc_to_path", "parse_document", "problems_of", "read_text", "validate"]
+__all__ = ["InputError", "loc_to_path", "problems_of", "validate"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -131,43 +129,6 @@ def _join(prefix: str, path: str) -> str:
     if not prefix or not path:
         return prefix or path
     return prefix + path if path.startswith("[") else f"{prefix}.{path}"
-
-
-# ---------------------------------------------------------------------------------------------- documents
-def read_text(path: Path, error: type[InputError]) -> str:
-    """The UTF-8 text of ``path``; an unreadable file raises ``error`` naming it."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error([f"cannot read file: {getattr(exc, 'strerror', None) or exc}"], str(path)) from None
-
-
-def parse_document(
-    data: str | bytes | Mapping[str, Any],
-    error: type[InputError],
-    *,
-    source: str | None = None,
-    syntax: Literal["YAML", "JSON", "YAML/JSON"] = "YAML/JSON",
-    fields: str,
-) -> dict[str, Any]:
-    """A document given as text (YAML, or JSON, which is YAML) or as a mapping, as a dict.
-
-    Text that does not parse, or a document that is not a mapping, raises ``error`` with one line that
-    says so (``fields`` names the expected fields, e.g. ``"name, rules, …"``).
-    """
-    if isinstance(data, (str, bytes)):
-        try:
-            if syntax == "JSON":
-                data = json.loads(data)
-            else:
-                import yaml
-
-                data = yaml.safe_load(data)
-        except Exception as exc:  # yaml.YAMLError, json.JSONDecodeError, …: a problem to report, not a crash
-            raise error([f"not valid {syntax}: {exc}"], source) from None
-    if not isinstance(data, Mapping):
-        raise error([f"the document must be a mapping {fields}"], source)
-    return dict(data)
 
 
 def validate(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -276,27 +275,7 @@ class EvaluationLog(BaseModel):
                     f"resources[{k}].task: is {r.task}, expected {k + 1} (one entry per task, in order)"
                 )
 
-    # ------------------------------------------------------------------ I/O
-    @classmethod
-    def load(cls, path: str | Path) -> EvaluationLog:
-        """Read and validate a log (``.json``, or ``.jsonl`` with a header line then one point a line).
-
-        Raises :class:`EvaluationLogError` naming the file, the field and the reason.
-        """
-        path = Path(path)
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            raise EvaluationLogError([f"cannot read file: {exc.strerror or exc}"], str(path)) from exc
-        try:
-            if path.suffix == ".jsonl":
-                return cls.from_jsonl(raw.decode("utf-8"))
-            return cls.model_validate_json(raw)
-        except ValidationError as exc:
-            raise EvaluationLogError(problems_of(exc), str(path)) from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise EvaluationLogError([str(exc)], str(path)) from None
-
+    # ------------------------------------------------------------------ text forms
     @classmethod
     def parse(cls, data: str | bytes | dict[str, Any], source: str | None = None) -> EvaluationLog:
         """Validate a log given as JSON text or a dict; raises :class:`EvaluationLogError`."""
@@ -309,6 +288,8 @@ class EvaluationLog(BaseModel):
 
     @classmethod
     def from_jsonl(cls, text: str) -> EvaluationLog:
+        """The log from its JSON Lines text (a header object, then one point a line); files are read by
+        :func:`clgate.documents.load_log`."""
         lines = [line for line in text.splitlines() if line.strip()]
         if not lines:
             raise ValueError("empty JSON Lines log: the first line must be the header object")
@@ -322,18 +303,11 @@ class EvaluationLog(BaseModel):
         return cls.model_validate({**header, "points": header.get("points", []) + points})
 
     def to_jsonl(self) -> str:
+        """The JSON Lines text of the log (written to a file by :func:`clgate.documents.dump_log`)."""
         header = self.model_dump(mode="json", exclude={"points"}, exclude_none=True)
         lines = [json.dumps(header)]
         lines += [p.model_dump_json(exclude_none=True) for p in self.points]
         return "\n".join(lines) + "\n"
-
-    def dump(self, path: str | Path) -> None:
-        """Write as JSON (or JSON Lines for ``.jsonl``), atomically (write then rename)."""
-        path = Path(path)
-        text = self.to_jsonl() if path.suffix == ".jsonl" else self.model_dump_json(exclude_none=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
 
 
 class _Problems:

@@ -3,18 +3,18 @@
 A job says which data, which scenario (class order, task split), which candidate model, which
 strategy with its hyper-parameters, how to train (optimizer, batch size, epochs or iterations per
 task), how to evaluate continually (``eval_every`` …), which seeds and which device. It is written as
-YAML or JSON; ``mode: retrain`` (the default) runs continual retraining with continual evaluation,
-``mode: evaluate`` evaluates a sequence of checkpoints.
+YAML or JSON (read and written by :mod:`clgate.documents`); ``mode: retrain`` (the default) runs
+continual retraining with continual evaluation, ``mode: evaluate`` evaluates a sequence of checkpoints.
 
 >>> spec = JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}})
 >>> spec.data.kind, spec.strategy.name, spec.training.epochs, spec.seeds
 ('digits', 'finetune', 1, [0])
->>> spec.with_overrides(["strategy.name=er", "strategy.mem_size=100", "training.epochs=2"]).strategy.params
+>>> spec.with_overrides({"strategy.name": "er", "strategy.mem_size": 100}).strategy.params
 {'mem_size': 100}
 
 Errors name the field and the reason (:class:`JobSpecError`, a ``ValueError``, with ``problems``):
 
->>> JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}}).with_overrides(["training.lr=-1"])
+>>> JobSpec.model_validate({"data": "digits", "scenario": {"n_tasks": 5}}).with_overrides({"training.lr": -1})
 Traceback (most recent call last):
 ...
 clgate.schemas.job.JobSpecError: invalid job specification
@@ -24,16 +24,15 @@ clgate.schemas.job.JobSpecError: invalid job specification
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import re
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from clgate.schemas.errors import InputError, parse_document, read_text, validate
+from clgate.schemas.errors import InputError, validate
 from clgate.schemas.vocab import EngineMode
 
 # Bounds of a job spec: far above any continual-learning run this service is for, far below what would
@@ -400,58 +399,37 @@ class JobSpec(_Strict):
             )
         return self
 
-    # ------------------------------------------------------------------ I/O
+    # ------------------------------------------------------------------ validation
     @classmethod
-    def load(cls, path: str | Path) -> JobSpec:
-        """Read a YAML (``.yaml``/``.yml``) or JSON job file; raises :class:`JobSpecError`."""
-        path = Path(path)
-        text = read_text(path, JobSpecError)
-        return cls.parse(text, source=str(path), yaml=path.suffix.lower() in (".yaml", ".yml"))
+    def parse(cls, data: Mapping[str, Any], *, source: str | None = None) -> JobSpec:
+        """Validate a job given as a mapping; raises :class:`JobSpecError` naming the field and the reason.
 
-    @classmethod
-    def parse(cls, text: str | dict[str, Any], *, source: str | None = None, yaml: bool = True) -> JobSpec:
-        """Validate a job given as YAML/JSON text (JSON is YAML) or a dict."""
-        data = parse_document(
-            text,
-            JobSpecError,
-            source=source,
-            syntax="YAML" if yaml else "JSON",
-            fields="of fields (data, scenario, model …)",
-        )
-        return validate(cls, data, JobSpecError, source=source, tags=_TAGS)
+        Text (YAML or JSON) and files are read by :func:`clgate.documents.parse_job` and
+        :func:`clgate.documents.load_job`.
+        """
+        if not isinstance(data, Mapping):
+            raise JobSpecError(["the document must be a mapping of fields (data, scenario, model …)"], source)
+        return validate(cls, dict(data), JobSpecError, source=source, tags=_TAGS)
 
-    def dump(self, path: str | Path) -> None:
-        """Write as YAML (``.yaml``/``.yml``) or JSON."""
-        path = Path(path)
-        data = self.model_dump(mode="json")
-        if path.suffix.lower() in (".yaml", ".yml"):
-            import yaml as pyyaml
+    def with_overrides(self, overrides: Mapping[str, Any]) -> JobSpec:
+        """A copy with dotted fields replaced: ``{"strategy.name": "er", "training.epochs": 2}``.
 
-            path.write_text(pyyaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        else:
-            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-
-    def with_overrides(self, overrides: dict[str, Any] | list[str]) -> JobSpec:
-        """A copy with dotted fields replaced: ``["strategy.name=er", "training.epochs=2"]`` or a dict.
-
-        Values given as text are read as YAML scalars/lists (``2`` → int, ``[0,1]`` → list,
-        ``null`` → None). Strategy hyper-parameters may be set flat: ``strategy.mem_size=100``.
+        Strategy hyper-parameters may be set flat: ``strategy.mem_size``. Command-line ``key=value``
+        text becomes this mapping through :func:`clgate.documents.parse_overrides`.
         Raises :class:`JobSpecError`.
         """
         return type(self).from_overrides(overrides, base=self.model_dump(mode="python"))
 
     @classmethod
-    def from_overrides(
-        cls, overrides: dict[str, Any] | list[str], *, base: dict[str, Any] | None = None
-    ) -> JobSpec:
-        """A spec built from ``base`` (a dict, default empty) with dotted ``key=value`` fields set.
+    def from_overrides(cls, overrides: Mapping[str, Any], *, base: dict[str, Any] | None = None) -> JobSpec:
+        """A spec built from ``base`` (a dict, default empty) with dotted fields set.
 
-        >>> JobSpec.from_overrides(["data=digits", "scenario.n_tasks=5", "seeds=[1,2]"]).seeds
+        >>> JobSpec.from_overrides({"data": "digits", "scenario.n_tasks": 5, "seeds": [1, 2]}).seeds
         [1, 2]
         """
         data = copy.deepcopy(base) if base is not None else {}
         problems: list[str] = []
-        for key, value in _parse_overrides(overrides, problems):
+        for key, value in overrides.items():
             parts = key.split(".")
             if parts[0] == "strategy" and len(parts) == 2 and parts[1] not in ("name", "params"):
                 parts = ["strategy", "params", parts[1]]
@@ -468,25 +446,6 @@ class JobSpec(_Strict):
         if problems:
             raise JobSpecError(problems)
         return validate(cls, data, JobSpecError, tags=_TAGS)
-
-
-def _parse_overrides(overrides: dict[str, Any] | list[str], problems: list[str]) -> list[tuple[str, Any]]:
-    if isinstance(overrides, dict):
-        return list(overrides.items())
-    import yaml as pyyaml
-
-    items = []
-    for text in overrides:
-        key, sep, raw = text.partition("=")
-        if not sep or not key.strip():
-            problems.append(f"override {text!r}: expected key=value (e.g. training.epochs=2)")
-            continue
-        try:
-            value = pyyaml.safe_load(raw) if raw.strip() else ""
-        except Exception:  # not YAML: keep the text
-            value = raw
-        items.append((key.strip(), value))
-    return items
 
 
 _TAGS = {"data": ("digits", "npz", "image_folder", "synthetic")}  # the data union's tags in error locations

@@ -18,7 +18,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from clgate import __version__
+from clgate._version import __version__
 from clgate.schemas.api import Health
 from clgate.service import errors
 from clgate.service.deps import Viewer

@@ -6,7 +6,10 @@ from typing import Protocol
 
 from clgate.schemas.vocab import QUEUES
 from clgate.store import stats
+from clgate.store import open_store
 from clgate.store.settings import Settings
+from clgate.workers.embedded import EmbeddedExecutor
+from clgate.workers.supervisor import Supervisor
 
 
 class Dispatcher(Protocol):
@@ -25,8 +28,6 @@ class EmbeddedDispatcher:
     kind = "embedded"
 
     def __init__(self, settings: Settings, sessions) -> None:
-        from clgate.workers.embedded import EmbeddedExecutor
-
         self.sessions = sessions
         self.executor = EmbeddedExecutor(settings)
 
@@ -62,9 +63,8 @@ class CeleryDispatcher:
         self.redis = redis.Redis.from_url(settings.broker_url, socket_timeout=2, socket_connect_timeout=2)
 
     def start(self) -> None:
-        from clgate.store import open_store
+        # lazy: Celery — only this dispatcher loads the Celery app; the embedded one runs without it
         from clgate.workers.app import producer
-        from clgate.workers.supervisor import Supervisor
 
         self.celery = producer(self.settings)  # this API's own app, configured from its settings
         # the supervisor gets its own small store: its queries never wait on the requests' pool
@@ -100,6 +100,7 @@ class CeleryDispatcher:
         return ids
 
     def submit(self, job_id: str, queue: str) -> None:
+        # lazy: Celery — only this dispatcher loads the Celery app; the embedded one runs without it
         from clgate.workers.app import TASK_NAME
 
         self.celery.send_task(

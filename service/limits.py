@@ -15,6 +15,8 @@ import math
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from clgate.service.errors import error_body
+
 EXEMPT = frozenset({"/healthz", "/readyz"})
 # The largest ``skip`` of a listing (a 64-bit OFFSET overflows the database's integer).
 MAX_SKIP = 2**31 - 1
@@ -179,8 +181,6 @@ def _depth(body: bytes) -> int:
 
 async def _refuse(send: Send, status: int, reason: str) -> None:
     import json
-
-    from clgate.service.errors import error_body
 
     payload = json.dumps(error_body(status, reason, [reason])).encode()
     await send(

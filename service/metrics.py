@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate.metrics.registry import REGISTRY
+from clgate._version import __version__
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
 from clgate.store import stats
 from clgate.store.models import DEFAULT_PROJECT, as_utc, utcnow
@@ -222,8 +223,6 @@ def api_registry(
     worker_stale_s: float = 60.0,
 ) -> CollectorRegistry:
     """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode)."""
-    from clgate import __version__
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ApiInfoCollector(__version__, store_metrics))
     ProcessCollector(registry=registry)

@@ -15,6 +15,7 @@ from celery import Celery
 from kombu import Queue
 
 from clgate.schemas.vocab import QUEUES
+from clgate.store.settings import load_settings
 
 TASK_NAME = "clgate.run_job"
 
@@ -50,8 +51,6 @@ def producer(settings) -> Celery:
 
 @app.on_configure.connect
 def _configure(sender: Celery, **_: object) -> None:
-    from clgate.store.settings import load_settings
-
     settings = load_settings()
     if settings.broker_url is None:
         raise RuntimeError("CLGATE_BROKER_URL is not set: Celery workers need a redis:// broker")

@@ -10,11 +10,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from clgate.schemas.errors import InputError
+from clgate import documents
+from clgate.schemas.errors import InputError, problems_of
+from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+from clgate.schemas.job import JobSpec
 
 
 def parse_policy(document: dict[str, Any]):
     """A validated :class:`clgate.policy.Policy`; raises :class:`~clgate.schemas.errors.InputError`."""
+    # lazy: the sandboxed child imports this module to run the engine: it loads no policy, metrics or
+    # report code (about half a second at its start)
     from clgate.policy import parse_policy as _parse
 
     return _parse(document)
@@ -22,8 +27,6 @@ def parse_policy(document: dict[str, Any]):
 
 def parse_job_spec(document: dict[str, Any]):
     """A validated :class:`clgate.schemas.job.JobSpec`; raises :class:`~clgate.schemas.errors.InputError`."""
-    from clgate.schemas.job import JobSpec
-
     return JobSpec.parse(document)
 
 
@@ -35,16 +38,13 @@ def load_log(path: Path):
     """
     from pydantic import ValidationError
 
-    from clgate.schemas.errors import problems_of
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
-
     if path.suffix != ".jsonl" and _is_json_lines(path):
         try:
             return EvaluationLog.from_jsonl(path.read_text(encoding="utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             problems = problems_of(exc) if isinstance(exc, ValidationError) else [str(exc)]
             raise EvaluationLogError(problems, str(path)) from None
-    return EvaluationLog.load(path)
+    return documents.load_log(path)
 
 
 def _is_json_lines(path: Path) -> bool:
@@ -61,6 +61,7 @@ def _is_json_lines(path: Path) -> bool:
 
 def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
     """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
+    # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine.data import check_image_folder_limits, check_npz_limits
 
     data = getattr(spec, "data", None)
@@ -89,6 +90,7 @@ def run_engine(
 ) -> tuple[list[Path], bool]:
     """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log
     partial)."""
+    # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine import JobCancelled, run_job
 
     try:
@@ -101,6 +103,7 @@ def run_engine(
 
 def gate(logs: Sequence[Any], policy, *, baseline, out_dir: Path, provenance: dict[str, Any]):
     """``clgate.gate.gate_logs`` → the decision (writes report.html, report.md, decision.json …)."""
+    # lazy: the sandboxed child imports this module and never gates (see parse_policy)
     from clgate.gate import gate_logs
 
     result = gate_logs(logs, policy, baseline=baseline, out_dir=out_dir, provenance=provenance)

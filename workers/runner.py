@@ -267,6 +267,7 @@ def _unpack_image_folder(spec: dict, document: dict, inputs: Path) -> None:
         return
     if not isinstance((spec.get("data") or {}).get("path"), dict):  # not an artifact: check_paths refused it
         return
+    # lazy: torch — importing clgate.engine.archive runs clgate.engine's __init__, which loads torch
     from clgate.engine.archive import safe_extract
 
     archive = inputs / str(data["path"])

@@ -44,6 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import clgate
+import clgate.schemas
+import clgate.workers
 from clgate.store.settings import Settings
 
 log = logging.getLogger("clgate.sandbox")
@@ -211,10 +214,6 @@ def tree_size(folder: Path) -> int:
 
 def _python_paths() -> list[Path]:
     """Folders the child needs read-only to run Python and import clgate and its dependencies."""
-    import clgate
-    import clgate.schemas
-    import clgate.workers
-
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
         paths.add(Path(module.__file__).resolve().parent)
@@ -305,8 +304,6 @@ def child_env(settings: Settings, *, home: str) -> dict[str, str]:
     )
     # the child imports the very clgate this worker runs (a checkout on the worker's path may shadow the
     # installed one: without this the child would find the other one, which it cannot see)
-    import clgate
-
     root = Path(clgate.__file__).resolve().parent.parent
     if "site-packages" not in root.parts:
         env["PYTHONPATH"] = str(root)

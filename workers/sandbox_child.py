@@ -30,6 +30,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from clgate.schemas.errors import InputError
+from clgate.workers import core
+
 PROGRESS_EVERY_S = 0.5
 
 
@@ -75,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stopped = _run(args.spec, out, inputs=args.inputs, control=args.control, threads=args.threads)
     except Exception as exc:
-        from clgate.schemas.errors import InputError
-
         if isinstance(exc, InputError):
             _write_json(out / "error.json", {"kind": "input", "problems": exc.problems})
             return 3
@@ -89,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(spec_path: Path, out: Path, *, inputs: Path, control: Path, threads: int) -> bool:
     import torch
-
-    from clgate.workers import core
 
     torch.set_num_threads(max(1, threads))
     spec = core.parse_job_spec(json.loads(spec_path.read_text(encoding="utf-8")))

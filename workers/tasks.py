@@ -8,8 +8,10 @@ import logging
 from celery import signals
 
 from clgate.store import reset_after_fork
+from clgate.store.db import wait_for_schema
 from clgate.workers import runner
 from clgate.workers.app import TASK_NAME, app
+from clgate.workers.sandbox import warn_if_unconfined
 
 log = logging.getLogger("clgate.worker")
 
@@ -37,7 +39,6 @@ _heartbeat: runner.Heartbeat | None = None
 def _start_heartbeat(sender=None, **_: object) -> None:
     """Record this worker and its queues in the store every few seconds (``clgate_workers`` gauge)."""
     global _heartbeat
-    from clgate.store.db import wait_for_schema
 
     store = runner.store_for()
     wait_for_schema(store.engine)
@@ -49,8 +50,6 @@ def _start_heartbeat(sender=None, **_: object) -> None:
 @signals.worker_ready.connect
 def _check_sandbox(**_: object) -> None:
     """Say at start, loudly when it is not bwrap, how this worker confines submitted models."""
-    from clgate.workers.sandbox import warn_if_unconfined
-
     warn_if_unconfined(runner.store_for().settings)
 
 

@@ -5,9 +5,15 @@ Heavy imports (torch, matplotlib, fastapi …) happen inside the commands, so ``
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
-from clgate import __version__
+from clgate._version import __version__
+from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, release_cmd, service_cmd
+from clgate.cli.extras import guard_commands
+from clgate.cli.help_text import make_readable
 
 app = typer.Typer(
     name="clgate",
@@ -34,10 +40,6 @@ def _root(
 
 
 def _register() -> None:
-    from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, release_cmd, service_cmd
-    from clgate.cli.extras import guard_commands
-    from clgate.cli.help_text import make_readable
-
     for module in (metrics_cmd, import_cmd, engine_cmd, gate_cmd, release_cmd, service_cmd):
         module.register(app)
     # Commands that need clgate[engine] or clgate[service] exit 2 naming the extra when it is missing.
@@ -50,9 +52,6 @@ _register()
 
 def main() -> None:
     """Console entry point. Exit codes: 0 ok, 1 gate FAIL, 2 invalid input or usage, 3 internal error."""
-    import os
-    import sys
-
     try:
         app()
     except KeyboardInterrupt:

@@ -9,7 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print an error for a person (no traceback) and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -28,13 +28,15 @@ def fail(message: str, code: int = 2) -> None:
 
 def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     """The spec file with overrides applied, or (no file) a spec from the overrides alone."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_job, parse_overrides
     from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
         if spec_path is None:
-            return JobSpec.from_overrides(overrides)
-        spec = JobSpec.load(spec_path)
-        return spec.with_overrides(overrides) if overrides else spec
+            return JobSpec.from_overrides(parse_overrides(overrides))
+        spec = load_job(spec_path)
+        return spec.with_overrides(parse_overrides(overrides)) if overrides else spec
     except JobSpecError as exc:
         fail(str(exc))
     raise AssertionError("unreachable")
@@ -124,8 +126,9 @@ class _Display:
 
 
 def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_log
     from clgate.engine import EngineInputError, run_job
-    from clgate.schemas.evaluation_log import EvaluationLog
 
     try:
         with _Display(enabled=not quiet) as display:
@@ -142,7 +145,7 @@ def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> No
     except Exception as exc:  # a bug, not the input: exit 3 with the message
         fail(f"internal error: {type(exc).__name__}: {exc}", code=3)
     for path in paths:
-        log = EvaluationLog.load(path)
+        log = load_log(path)
         end = [p for p in log.points if p.task_end][-1]
         total = sum(end.total or [])
         acc = sum(end.correct or []) / total if total else float("nan")
@@ -224,6 +227,7 @@ def evaluate_command(
 
 
 def _absolute_checkpoint(text: str) -> str:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.job import parse_checkpoint
 
     parsed = parse_checkpoint(text)

@@ -7,13 +7,19 @@ Exit codes: 0 PASS (and WARN unless ``--fail-on-warn``), 1 FAIL (or WARN with ``
 
 from __future__ import annotations
 
+import datetime
+import platform
 import sys
 import time
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from clgate._version import __version__
+from clgate.cli.extras import require_extra
 
 if TYPE_CHECKING:
     from clgate.gate import GateResult
@@ -33,7 +39,7 @@ class InputRejected(typer.Exit):
         self.message = message
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise InputRejected(message, code)
 
@@ -44,13 +50,12 @@ def repo_file(relative: str) -> Path:
     here = Path(relative)
     if here.exists():
         return here
-    from importlib.resources import files
-
     inside = relative.removeprefix("examples/")
     return Path(str(files("clgate.examples").joinpath(inside)))
 
 
 def _load_policy(path: Path) -> Policy:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.policy import PolicyError, load_policy
     from clgate.presets import PresetError, resolve_policy
 
@@ -102,10 +107,12 @@ def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict
 
 
 def _load_log(path: Path) -> EvaluationLog:
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_log
+    from clgate.schemas.evaluation_log import EvaluationLogError
 
     try:
-        return EvaluationLog.load(path)
+        return load_log(path)
     except EvaluationLogError as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable
@@ -116,6 +123,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import evidence_text, fmt, threshold_text
 
     console = Console(file=file or sys.stdout, width=max(100, Console().width))
@@ -123,16 +131,8 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     table = Table(
         title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False
     )
-    for col, kw in (
-        ("status", {}),
-        ("#", {"justify": "right"}),
-        ("rule", {}),
-        ("value", {"justify": "right"}),
-        ("threshold", {}),
-        ("margin", {"justify": "right"}),
-        ("evidence", {}),
-    ):
-        table.add_column(col, **kw)
+    for col in ("status", "#", "rule", "value", "threshold", "margin", "evidence"):
+        table.add_column(col, justify="right" if col in ("#", "value", "margin") else "left")
     for r in decision.rules:
         ev = evidence_text(r.evidence) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
@@ -154,6 +154,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     )
     from rich.markup import escape
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import fmeca_note, worst_moment_text
 
     if decision.headline.worst_moment is not None:
@@ -167,12 +168,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
 
 def _environment() -> dict[str, Any]:
     """Where and when the gate ran (for the audit trail; not part of the decision's hashes)."""
-    import datetime
-    import platform
-
-    import numpy
-
-    from clgate import __version__
+    import numpy  # lazy: numpy — `clgate --help` does not load it
 
     return {
         "gated_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -182,16 +178,16 @@ def _environment() -> dict[str, Any]:
 
 
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
-    from clgate.cli.extras import require_extra
-
     require_extra("engine", "clgate gate --job")
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_job, parse_overrides
     from clgate.engine import run_job
-    from clgate.schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpecError
 
     try:
-        spec = JobSpec.load(job)
+        spec = load_job(job)
         if overrides:
-            spec = spec.with_overrides(overrides)
+            spec = spec.with_overrides(parse_overrides(overrides))
     except JobSpecError as exc:
         _fail(str(exc))
     except ValueError as exc:
@@ -313,6 +309,7 @@ def _check_usage(a: GateArgs, log_paths: list[Path]) -> Path:
         _fail("--policy POLICY.yaml is required")
     if a.pdf and a.out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     assert a.policy_path is not None
     return a.policy_path
 
@@ -412,6 +409,7 @@ def _append_text(path: Path | None, text: str) -> None:
 def _write_extras(
     result: GateResult, junit: Path | None, summary_md: Path | None, report_url: str | None
 ) -> None:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import render_junit, render_markdown
 
     written = result.files.get("junit.xml")  # the same file as in --out (its time and timestamp)
@@ -421,6 +419,7 @@ def _write_extras(
 
 def _write_pdf(result: GateResult) -> None:
     """report.pdf beside report.html; without Chromium, say so on stderr and go on (the verdict stands)."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.reports import PdfError, write_pdf
 
     try:
@@ -448,9 +447,11 @@ def demo_command(
     No server, CPU only, well under a minute here. ER is expected to PASS and finetune to FAIL: it
     forgets every old class (MICA and min-ACC fall to 0).
     """
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_job
     from clgate.engine import run_job
     from clgate.gate import gate_logs
-    from clgate.schemas.job import JobSpec, JobSpecError
+    from clgate.schemas.job import JobSpecError
 
     policy_file = policy_path or repo_file(DEMO_POLICY)
     if not str(policy_file).startswith("preset:") and not policy_file.exists():
@@ -465,7 +466,7 @@ def demo_command(
     for strategy, job_file in jobs.items():
         t0 = time.perf_counter()
         try:
-            spec = JobSpec.load(job_file)
+            spec = load_job(job_file)
         except JobSpecError as exc:
             _fail(str(exc))
         run_dir = out / strategy

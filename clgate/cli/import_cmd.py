@@ -34,6 +34,8 @@ def import_command(
     ] = None,
 ) -> None:
     """Turn a per-class results table into a validated clgate.evaluation-log/v1 (exit 2 on bad input)."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import dump_log
     from clgate.log_import import TableError, import_table
 
     layout = None
@@ -51,7 +53,7 @@ def import_command(
     except TableError as exc:
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
-    log.dump(out)
+    dump_log(log, out)
     ignored = log.meta.get("ignored_columns")
     note = f"; ignored column(s) {', '.join(ignored)}" if ignored else ""
     typer.echo(f"{out}: {log.n_tasks} tasks, {log.n_classes} classes, {len(log.points)} points{note}")

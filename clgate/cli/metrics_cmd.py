@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -35,7 +36,7 @@ SCHEMAS = {
 }
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print an error for a person (no traceback) and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
@@ -43,12 +44,14 @@ def fail(message: str, code: int = 2) -> None:
 
 def load_logs(paths: list[Path]) -> list[EvaluationLog]:
     """Load and validate logs; a bad one exits 2 with the validation message."""
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.documents import load_log
+    from clgate.schemas.evaluation_log import EvaluationLogError
 
     logs = []
     for path in paths:
         try:
-            logs.append(EvaluationLog.load(path))
+            logs.append(load_log(path))
         except EvaluationLogError as exc:
             fail(str(exc))
     return logs
@@ -105,6 +108,7 @@ def metrics_command(
     ] = 0.95,
 ) -> None:
     """Compute every clgate metric of one evaluation log, or of several runs of one job."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.metrics import compute_metrics, compute_runs
 
     windows = tuple(window) if window else (10, 100)
@@ -138,8 +142,6 @@ def schema_command(
     name: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCHEMAS)}.", show_default=False)],
 ) -> None:
     """Print the JSON Schema of a clgate document (evaluation log, metrics, job, policy, decision)."""
-    import importlib
-
     if name not in SCHEMAS:
         fail(f"unknown schema {name!r}; choose one of: {', '.join(SCHEMAS)}")
     module_name, attribute = SCHEMAS[name].split(":")
@@ -152,6 +154,7 @@ def schema_command(
 
 # ---------------------------------------------------------------------- rendering
 def _arrow(metric_id: str) -> str:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.metrics import metric_info
 
     try:
@@ -177,6 +180,7 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.schemas.metrics import MetricsResult
 
     console = Console()
@@ -235,9 +239,9 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
         )
     console.print(scalars)
     if "cl_stability" in result.metrics:
-        reason = result.reasons.get("cl_stability")
+        note = result.reasons.get("cl_stability")
         console.print(
-            f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({reason})" if reason else "")
+            f"cl_stability ↑ = {fmt(result.metrics['cl_stability'])}" + (f"  ({note})" if note else "")
         )
 
 

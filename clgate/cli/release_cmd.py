@@ -41,7 +41,7 @@ def presets_command() -> None:
 def _template(name: str) -> str:
     from importlib.resources import files
 
-    from clgate import __version__
+    from clgate._version import __version__
 
     text = files("clgate.examples").joinpath("ci", name).read_text(encoding="utf-8")
     return _PINNED.sub(f'CLGATE_VERSION: "{__version__}"', text)

@@ -26,6 +26,7 @@ audit_app = typer.Typer(
 def _settings(data_dir: Path | None = None, **overrides):
     from pydantic import ValidationError
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store.settings import load_settings
 
     if data_dir is not None:
@@ -42,6 +43,7 @@ def _settings(data_dir: Path | None = None, **overrides):
 def _sessions(settings, *, migrate: bool = True):
     """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job
     has."""
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import wait_for_schema
 
@@ -76,6 +78,7 @@ def serve(
     """Run the API. Without CLGATE_BROKER_URL the jobs run embedded, in a background executor."""
     import uvicorn
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store.keys import bootstrap_admin, first_admin
 
     settings = _settings(data_dir)
@@ -137,6 +140,7 @@ def worker(
         )
         raise typer.Exit(2)
     wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.schemas.vocab import QUEUES
 
     unknown = [q for q in wanted if q not in QUEUES]
@@ -147,6 +151,7 @@ def worker(
         )
         raise typer.Exit(2)
     _announce_sandbox(settings, required=settings.sandbox == "bwrap")
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.workers.app import app as celery_app
 
     argv = [
@@ -180,6 +185,7 @@ def exporter(
 
     from prometheus_client import start_http_server
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.service.dispatch import CeleryDispatcher
     from clgate.service.metrics import exporter_registry
 
@@ -234,6 +240,7 @@ def keys_create(
     """Create an API key and print it (only its hash is stored)."""
     import re
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.schemas.vocab import ROLES
     from clgate.store.db import session_scope
     from clgate.store.keys import create_key
@@ -258,6 +265,7 @@ def db_upgrade(
     data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
 ) -> None:
     """Apply the database migrations (run once per release before the API and workers start)."""
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import current_revision
 
@@ -277,6 +285,7 @@ def db_grant(
     SELECT, INSERT, UPDATE and DELETE; never TRUNCATE, REFERENCES, TRIGGER nor ownership, so the
     application cannot disable the append-only triggers.
     """
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import grant_app_role
 
@@ -314,6 +323,7 @@ def audit_verify(
     """
     if decision:
         raise typer.Exit(_verify_decision_files(decision))
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.chain import CHAINS, anchored, verify
 
@@ -327,6 +337,7 @@ def audit_verify(
             )
             raise typer.Exit(2)
         anchors.append((parts[0], int(parts[1]), parts[2]))
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store.db import current_revision, head_revision
 
     store = open_store(_settings(data_dir))
@@ -367,6 +378,7 @@ def _verify_decision_files(paths: list[Path]) -> int:
     """0 when every file's ``sha256`` matches its content, 1 when one does not, 2 when one is unreadable."""
     import json
 
+    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.schemas.decision import decision_sha256
 
     worst = 0

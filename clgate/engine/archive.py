@@ -36,7 +36,7 @@ import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Literal
+from typing import IO, BinaryIO, Literal
 
 from clgate.engine.errors import DataError
 
@@ -153,7 +153,7 @@ def _check_plan(entries: list[_Entry], max_files: int, max_bytes: int) -> None:
             parent = parent.parent
 
 
-def _write(dest: Path, name: str, stream: BinaryIO, budget: list[int]) -> None:
+def _write(dest: Path, name: str, stream: IO[bytes], budget: list[int]) -> None:
     target = dest / name
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("xb") as out:

@@ -31,7 +31,7 @@ except (RuntimeError, OSError):  # installed, but its torchvision or torch does 
     _Base = object
 
 
-class RecorderPlugin(_Base):  # type: ignore[misc,valid-type]
+class RecorderPlugin(_Base):  # type: ignore[misc,valid-type,unused-ignore]
     """Feeds a :class:`~clgate.engine.recorder.Recorder` from an Avalanche strategy's hooks.
 
     Resources are recorded from the experience's dataset size; ``train_bytes(experience)`` gives

@@ -16,15 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from clgate.engine.errors import DataError
 from clgate.engine.samples import DECODE_ERRORS, ImageFiles
+
+# model_input lives with the batches it converts (samples, which data imports, never the other way);
+# re-exported here, where callers have always found it.
+from clgate.engine.samples import model_input as model_input
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
@@ -66,7 +72,7 @@ class Dataset:
             a = np.ascontiguousarray(a)
             flat = a.reshape(-1).view(np.uint8)
             for start in range(0, len(flat), 1 << 24):  # streamed: no whole-array byte copy
-                h.update(flat[start : start + (1 << 24)])
+                h.update(flat[start : start + (1 << 24)].data)
         h.update("\x00".join(self.class_names).encode())
         return h.hexdigest()
 
@@ -209,22 +215,6 @@ def _as_float(a: np.ndarray | ImageFiles) -> np.ndarray | ImageFiles:
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def model_input(x: Any) -> Any:
-    """A batch as the model takes it: uint8 images → float32 in [0, 1] (÷ 255); anything else as is.
-
-    Works on torch tensors (on any device, so only the batch is converted there) and numpy arrays.
-
-    >>> import torch
-    >>> model_input(torch.tensor([[0, 51, 255]], dtype=torch.uint8))
-    tensor([[0.0000, 0.2000, 1.0000]])
-    """
-    if getattr(x, "dtype", None) is not None and str(x.dtype).endswith("uint8"):
-        if isinstance(x, np.ndarray):
-            return x.astype(np.float32) / np.float32(255.0)
-        return x.float().div_(255.0)
-    return x
-
-
 def _names(ids: np.ndarray, names: list[str]) -> str:
     shown = [f"{int(c)}" + (f" ({names[c]})" if names[c] != str(c) else "") for c in ids[:8]]
     return ", ".join(shown) + (f", … ({len(ids)} in all)" if len(ids) > 8 else "")
@@ -233,6 +223,7 @@ def _names(ids: np.ndarray, names: list[str]) -> str:
 # ---------------------------------------------------------------------- loaders
 def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
     """scikit-learn's digits as ``(N, 1, 8, 8)`` images in [0, 1]; stratified seeded held-out split."""
+    # scikit-learn (slow to import): only the digits data set needs it
     from sklearn.datasets import load_digits as sk_digits
     from sklearn.model_selection import train_test_split
 
@@ -331,10 +322,6 @@ def check_image_folder_limits(
     only: more than ``max_samples`` images, decoded arrays over ``max_bytes``, or one image whose header
     declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded).
     """
-    import warnings
-
-    from PIL import Image
-
     root = Path(path)
     problems: list[str] = []
     files = [
@@ -504,8 +491,6 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
 
 def _check_image_header(path: Path) -> None:
     """Refuse a file that is not an image Pillow can open (its header only is read)."""
-    from PIL import Image
-
     try:
         with Image.open(path) as img:
             img.size  # noqa: B018 - the header is parsed on open; size is what it declares

@@ -27,7 +27,7 @@ try:
     from lightning.pytorch import Callback, LightningModule, Trainer
 except ImportError:  # pragma: no cover - the older package name
     try:
-        from pytorch_lightning import Callback, LightningModule, Trainer
+        from pytorch_lightning import Callback, LightningModule, Trainer  # type: ignore[assignment,unused-ignore]
     except ImportError as exc:
         raise ImportError(
             "clgate.engine.lightning needs Lightning: pip install lightning (or pytorch-lightning)"

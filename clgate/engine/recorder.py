@@ -46,7 +46,8 @@ import numpy as np
 import torch
 from torch import nn
 
-import clgate
+from clgate._version import __version__
+from clgate.documents import dump_log
 from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.resources import SampleCost, count_params, measure_costs
@@ -175,7 +176,7 @@ class Recorder:
             "future_tasks": future_tasks,
             "predict_over": predict_over,
             "versions": {
-                "clgate": clgate.__version__,
+                "clgate": __version__,
                 "torch": torch.__version__,
                 "python": platform.python_version(),
             },
@@ -265,7 +266,7 @@ class Recorder:
     def save(self, path: str | Path) -> Path:
         """Write the log (JSON) to ``path``; a log before the last task end is marked ``partial``."""
         path = Path(path)
-        self.log().dump(path)
+        dump_log(self.log(), path)
         return path
 
     # ---------------------------------------------------------------- helpers
@@ -281,7 +282,7 @@ class Recorder:
     def _evaluator_for(self, model: nn.Module) -> ContinualEvaluator:
         if self._evaluator is None:
             if self.device is None:
-                first = next(iter(model.parameters()), None)
+                first: torch.Tensor | None = next(iter(model.parameters()), None)
                 first = first if first is not None else next(iter(model.buffers()), None)
                 self.device = first.device if first is not None else torch.device("cpu")
             use_bf16 = self._requested_precision == "bf16" and self.device.type == "cuda"

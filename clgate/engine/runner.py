@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-import clgate
+from clgate._version import __version__
+from clgate.documents import dump_log
 from clgate.engine.data import Dataset, load_data, model_input
 from clgate.engine.errors import EngineInputError, ModelError
 from clgate.engine.evaluator import ContinualEvaluator
@@ -259,7 +260,7 @@ class _SeedRun:
         )
 
     def _save(self, partial: bool) -> None:
-        self._log(partial).dump(self.path)
+        dump_log(self._log(partial), self.path)
 
     def _base_meta(self) -> dict[str, Any]:
         spec = self.spec
@@ -292,7 +293,7 @@ class _SeedRun:
             },
             "precision": self.precision,
             "versions": {
-                "clgate": clgate.__version__,
+                "clgate": __version__,
                 "torch": torch.__version__,
                 "python": platform.python_version(),
             },

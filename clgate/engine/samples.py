@@ -6,7 +6,7 @@ member, or an image folder decoded lazily (:class:`ImageFiles`). A task, the cum
 :func:`iterate_batches` reads the batches of an update plan: directly from arrays (one fancy index per
 batch), through a :class:`torch.utils.data.DataLoader` with worker processes for image folders (decoding
 overlaps training), or by indexing tensors already on the device (a replay memory). Only batches go to
-the device, converted there to model input (:func:`clgate.engine.data.model_input`).
+the device, converted there to model input (:func:`model_input`).
 
 >>> x = np.arange(12, dtype=np.float32).reshape(6, 2); y = np.array([0, 0, 1, 1, 2, 2])
 >>> task = Samples(x, y).where_label([1, 2])
@@ -66,8 +66,8 @@ class ImageFiles:
     def decode(self, i: int) -> np.ndarray:
         path = self.paths[i]
         try:
-            with Image.open(path) as img:
-                img = img.convert(self.color).resize((self.size[1], self.size[0]), Image.BILINEAR)
+            with Image.open(path) as src:
+                img = src.convert(self.color).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
                 a = np.asarray(img, dtype=np.uint8)
         except DECODE_ERRORS as exc:
             raise DataError(f"{path}: cannot decode image ({exc})") from None
@@ -183,6 +183,22 @@ def default_workers() -> int:
     return max(1, min(8, cpus - 1))
 
 
+def model_input(x: Any) -> Any:
+    """A batch as the model takes it: uint8 images → float32 in [0, 1] (÷ 255); anything else as is.
+
+    Works on torch tensors (on any device, so only the batch is converted there) and numpy arrays.
+
+    >>> import torch
+    >>> model_input(torch.tensor([[0, 51, 255]], dtype=torch.uint8))
+    tensor([[0.0000, 0.2000, 1.0000]])
+    """
+    if getattr(x, "dtype", None) is not None and str(x.dtype).endswith("uint8"):
+        if isinstance(x, np.ndarray):
+            return x.astype(np.float32) / np.float32(255.0)
+        return x.float().div_(255.0)
+    return x
+
+
 def iterate_batches(
     samples: Samples,
     plan: Iterable[torch.Tensor],
@@ -196,8 +212,6 @@ def iterate_batches(
     ahead of training; arrays are indexed in this process; tensors on the device are indexed there.
     ``plan`` is consumed as the batches are read (with workers, a few batches ahead).
     """
-    from clgate.engine.data import model_input
-
     if isinstance(samples.x, ImageFiles):
         host: Iterable[tuple[torch.Tensor, torch.Tensor]] = _load(
             samples, plan, workers=workers, pin=device.type == "cuda"
@@ -241,7 +255,7 @@ def _load(
     n_workers = default_workers() if workers is None else workers
     loader = torch.utils.data.DataLoader(
         _Batches(samples),
-        sampler=plan,  # type: ignore[arg-type]  # any iterable of keys; each key is a batch
+        sampler=plan,  # any iterable of keys; each key is a batch
         batch_size=None,
         num_workers=n_workers,
         pin_memory=pin,

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -93,15 +93,25 @@ class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Strategy:
-    """Base strategy: plain cross-entropy on the current task's batches (no protection)."""
+#: A strategy's hyper-parameters: its own pydantic model (``Params``), e.g. :class:`ERParams`.
+P = TypeVar("P", bound=BaseModel)
+
+
+class Strategy(Generic[P]):
+    """Base strategy: plain cross-entropy on the current task's batches (no protection).
+
+    A subclass names its hyper-parameter model twice: as ``Params`` (what the spec's
+    ``strategy.params`` are validated with) and as the type argument (``class ER(Strategy[ERParams])``),
+    so that ``self.params`` is typed.
+    """
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[BaseModel]] = NoParams
+    params: P
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: P | None = None) -> None:
         self.ctx = ctx
-        self.params = params if params is not None else self.Params()
+        self.params = params if params is not None else cast(P, self.Params())
         #: samples passed forward+backward outside the runner's batches (replay, Fisher …)
         self.extra_train_samples = 0
         #: samples passed forward only (teacher outputs …)
@@ -137,20 +147,20 @@ class Strategy:
         return 0
 
 
-class Finetune(Strategy):
+class Finetune(Strategy[NoParams]):
     """Naive fine-tuning: cross-entropy on the new task only — the lower bound (catastrophic
     forgetting; McCloskey & Cohen 1989, used as baseline by De Lange et al. 2023)."""
 
     name = "finetune"
 
 
-class Joint(Strategy):
+class Joint(Strategy[NoParams]):
     """Joint (cumulative) retraining on all data of tasks 1 … k — the upper bound used by
     De Lange et al. 2023 and van de Ven et al. 2022 ("Three types of incremental learning")."""
 
     name = "joint"
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: NoParams | None = None) -> None:
         super().__init__(ctx, params)
         self._data: Samples | None = None  # tasks 1 … k: indices into the training set, read per batch
 
@@ -235,7 +245,7 @@ class ERParams(BaseModel):
     )
 
 
-class ER(Strategy):
+class ER(Strategy[ERParams]):
     """Experience replay with a class-balanced reservoir memory of ``mem_size`` samples.
 
     Each update trains on the new batch and, beside it, a replay batch drawn uniformly from the memory
@@ -250,7 +260,7 @@ class ER(Strategy):
     name = "er"
     Params = ERParams
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: ERParams | None = None) -> None:
         super().__init__(ctx, params)
         self.memory = _Memory(self.params.mem_size, ctx.device)
         self.seen_counts: dict[int, int] = {}
@@ -305,7 +315,7 @@ class GDumbParams(BaseModel):
     mem_size: int = Field(200, ge=1, description="Memory size M (samples).")
 
 
-class GDumb(Strategy):
+class GDumb(Strategy[GDumbParams]):
     """GDumb (Prabhu, Torr & Dokania, ECCV 2020): a greedy class-balanced memory of ``mem_size``
     samples; at each task the model is reset to the candidate's initial weights and trained from
     scratch on the memory only. The task's updates are the ones on the memory.
@@ -314,7 +324,7 @@ class GDumb(Strategy):
     name = "gdumb"
     Params = GDumbParams
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: GDumbParams | None = None) -> None:
         super().__init__(ctx, params)
         self.memory = _Memory(self.params.mem_size, ctx.device)
         self.initial_state = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
@@ -364,7 +374,7 @@ class LwFParams(BaseModel):
     temperature: float = Field(2.0, gt=0, description="Distillation temperature T.")
 
 
-class LwF(Strategy):
+class LwF(Strategy[LwFParams]):
     """Learning without Forgetting (Li & Hoiem, ECCV 2016 / TPAMI 2017): besides cross-entropy on the
     new task, distil the previous model's softened outputs (temperature T) on the old classes,
     ``loss = CE + alpha · T² · KL(p_old^T ‖ p_new^T)``, computed on the current batch.
@@ -373,7 +383,7 @@ class LwF(Strategy):
     name = "lwf"
     Params = LwFParams
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: LwFParams | None = None) -> None:
         super().__init__(ctx, params)
         self.teacher: nn.Module | None = None
         self.old: torch.Tensor | None = None
@@ -409,7 +419,7 @@ class EWCParams(BaseModel):
     fisher_samples: int = Field(256, ge=1, description="Samples per task for the diagonal Fisher.")
 
 
-class EWC(Strategy):
+class EWC(Strategy[EWCParams]):
     """Elastic Weight Consolidation (Kirkpatrick et al., PNAS 2017): after each task, the diagonal of
     the empirical Fisher information (mean squared per-sample gradients of the log-likelihood, on up to
     ``fisher_samples`` training samples, BatchNorm in eval mode) is added to a running sum ``F``; later
@@ -419,7 +429,7 @@ class EWC(Strategy):
     name = "ewc"
     Params = EWCParams
 
-    def __init__(self, ctx: StrategyContext, params: BaseModel | None = None) -> None:
+    def __init__(self, ctx: StrategyContext, params: EWCParams | None = None) -> None:
         super().__init__(ctx, params)
         self.fisher: list[torch.Tensor] | None = None
         self.anchor: list[torch.Tensor] | None = None
@@ -466,13 +476,13 @@ class EWC(Strategy):
         self.anchor = [p.detach().clone() for p in params]
 
 
-BUILTIN_STRATEGIES: dict[str, type[Strategy]] = {
+BUILTIN_STRATEGIES: dict[str, type[Strategy[Any]]] = {
     cls.name: cls for cls in (Finetune, Joint, ER, GDumb, LwF, EWC)
 }
 
 
 # ---------------------------------------------------------------------- registry
-def available_strategies() -> dict[str, type[Strategy]]:
+def available_strategies() -> dict[str, type[Strategy[Any]]]:
     """Built-ins plus every ``clgate.strategies`` entry point (loaded now; a broken plugin is an error)."""
     found = dict(BUILTIN_STRATEGIES)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -491,7 +501,7 @@ def available_strategies() -> dict[str, type[Strategy]]:
     return found
 
 
-def get_strategy(name: str) -> type[Strategy]:
+def get_strategy(name: str) -> type[Strategy[Any]]:
     if name in BUILTIN_STRATEGIES:
         return BUILTIN_STRATEGIES[name]
     found = available_strategies()
@@ -502,7 +512,9 @@ def get_strategy(name: str) -> type[Strategy]:
     return found[name]
 
 
-def create_strategy(name: str, params: dict[str, Any], ctx: StrategyContext) -> tuple[Strategy, list[str]]:
+def create_strategy(
+    name: str, params: dict[str, Any], ctx: StrategyContext
+) -> tuple[Strategy[Any], list[str]]:
     """Build a strategy and validate its hyper-parameters.
 
     Returns the strategy and the names of ignored parameters: a parameter that this strategy does

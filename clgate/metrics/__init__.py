@@ -5,8 +5,8 @@ Start from :func:`compute_metrics` (one log) or :func:`compute_runs` (several se
 derived once from a log; :mod:`clgate.metrics.functional` has each metric as a pure numpy function.
 
 >>> from pathlib import Path
->>> from clgate.schemas import EvaluationLog
->>> log = EvaluationLog.load(Path(__file__).parents[2] / "examples" / "logs" / "spec-example.json")
+>>> from clgate.documents import load_log
+>>> log = load_log(Path(__file__).parents[2] / "examples" / "logs" / "spec-example.json")
 >>> m = compute_metrics(log)
 >>> m.metrics["mica"], m.evidence["mica"][2]["class_name"]
 ([0.9, 0.5, 0.36], 'scratch')

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clgate import __version__
+from clgate._version import __version__
+from clgate.metrics import compute_metrics, compute_runs
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
 from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.policy import rule_label
 from clgate.schemas.vocab import Verdict
 
 
@@ -325,8 +327,6 @@ def _invalid_logs_decision(policy: Policy, errors: list[str], common: dict[str, 
 
 
 def _label(policy: Policy, i: int) -> str:
-    from clgate.schemas.policy import rule_label
-
     return rule_label(policy.rules[i], i)
 
 

@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import model_validator
 
-from clgate.schemas.errors import InputError, parse_document, read_text, validate
+from clgate.documents import parse_document, read_text
+from clgate.metrics import REGISTRY, metric_info
+from clgate.schemas.errors import InputError, validate
 from clgate.schemas.policy import RULE_TAGS, BaselineRule, MetricRule
 from clgate.schemas.policy import Policy as PolicySchema
 
@@ -44,8 +46,6 @@ def _range_problem(where: str, value: float, metric: str, info: Any) -> str | No
 
 def registry_problems(policy: PolicySchema) -> list[str]:
     """Problems the structure cannot see: unknown metric ids, ``at`` on scalars, out-of-range thresholds."""
-    from clgate.metrics import REGISTRY, metric_info
-
     known = sorted(REGISTRY)
     problems: list[str] = []
     for i, rule in enumerate(policy.rules):

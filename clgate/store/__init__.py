@@ -38,6 +38,7 @@ class Store:
 
 def open_store(settings: Settings, *, migrate: bool = False) -> Store:
     """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``)."""
+    # lazy: SQLAlchemy — importing clgate.store (for its settings) loads no database code until a store opens
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
 
@@ -60,6 +61,7 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
 def _auditor(sessions: sessionmaker[Session]):
     """``on_corrupt`` for the artifact store: each quarantined file leaves an ``artifact.quarantined``
     event."""
+    # lazy: SQLAlchemy — importing clgate.store (for its settings) loads no database code until a store opens
     from clgate.store.db import audit, session_scope
 
     def record(corruption) -> None:

@@ -33,7 +33,17 @@ from typing import Any
 from sqlalchemy import event, inspect, select, update
 from sqlalchemy.orm import Session
 
-from clgate.store.models import AuditEvent, ChainHead, Decision, Job, Waiver, as_utc, utcnow
+from clgate.store.models import (
+    DEFAULT_PROJECT,
+    AuditEvent,
+    ChainHead,
+    Decision,
+    Job,
+    Waiver,
+    as_utc,
+    new_id,
+    utcnow,
+)
 
 GENESIS = "0" * 64
 
@@ -183,8 +193,6 @@ def _chain_new_records(session: Session, flush_context, instances) -> None:
 
 def _fill_defaults(session: Session, obj: Any) -> None:
     """Column defaults the hash covers are set now, not at INSERT time."""
-    from clgate.store.models import DEFAULT_PROJECT, new_id
-
     if isinstance(obj, (Decision, Waiver)):
         if obj.id is None:
             obj.id = new_id()

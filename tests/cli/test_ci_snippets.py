@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
-from clgate import __version__
+from clgate._version import __version__
 
 SCHEMAS = {
     "examples/ci/github-actions.yml": "github-workflows",

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clgate.cli import app
-from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.documents import load_log
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 
@@ -43,7 +43,7 @@ def test_run_example_spec_with_overrides_then_metrics(tmp_path, cli):
     assert result.exit_code == 0, result.output
     logs = sorted(out.glob("log-seed*.json"))
     assert [p.name for p in logs] == ["log-seed0.json", "log-seed1.json"]
-    log = EvaluationLog.load(logs[0])
+    log = load_log(logs[0])
     assert (
         log.meta["strategy"] == "er" and log.meta["eval_every"] == 20 and log.meta["training"]["epochs"] == 1
     )
@@ -102,7 +102,7 @@ def test_evaluate_checkpoints_from_the_command_line(tmp_path, cli, monkeypatch):
         names.append(f"t{k}.safetensors")
     result = cli("evaluate", "--checkpoints", names[0], *names[1:], spec, "--out", "out", "-q")
     assert result.exit_code == 0, result.output
-    log = EvaluationLog.load(tmp_path / "out" / "log-seed0.json")
+    log = load_log(tmp_path / "out" / "log-seed0.json")
     assert [p.iteration for p in log.points] == [1, 2, 3, 4, 5] and all(p.task_end for p in log.points)
     assert log.meta["strategy"] == "evaluate" and len(log.meta["checkpoints"]) == 5
     # without a spec file the fields come from key=value arguments
@@ -166,5 +166,5 @@ def test_ctrl_c_leaves_a_valid_partial_log(tmp_path):
             proc.kill()
     assert proc.returncode == 130, stderr
     assert "partial log written to" in stderr and "Traceback" not in stderr
-    log = EvaluationLog.load(out / "log-seed0.json")
+    log = load_log(out / "log-seed0.json")
     assert log.partial and log.finished_tasks >= 1 and log.points[-1].task >= 2

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clgate.cli import app
+from clgate.documents import dump_log
 
 runner = CliRunner()
 
@@ -19,8 +20,8 @@ runner = CliRunner()
 def files(tmp_path, good_log, forgetful_log):
     good = tmp_path / "good.json"
     bad = tmp_path / "forgetful.json"
-    good_log().dump(good)
-    forgetful_log(seed=4).dump(bad)
+    dump_log(good_log(), good)
+    dump_log(forgetful_log(seed=4), bad)
     return {"good": good, "forgetful": bad, "dir": tmp_path}
 
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from clgate.cli import app
+from clgate.documents import load_log
 from clgate.log_import import rows_from_log, write_table
-from clgate.schemas.evaluation_log import EvaluationLog
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "logs" / "spec-example.json"
@@ -24,7 +24,7 @@ def _import(*args: str):
 @pytest.mark.parametrize("suffix", ["csv", "jsonl"])
 @pytest.mark.parametrize("with_task_end", [True, False])
 def test_round_trip_gives_the_same_log(tmp_path, suffix, with_task_end):
-    log = EvaluationLog.load(EXAMPLE)
+    log = load_log(EXAMPLE)
     rows = rows_from_log(log)
     if not with_task_end:  # the last point of each task is inferred to be its task end
         rows = [{k: v for k, v in r.items() if k != "task_end"} for r in rows]
@@ -32,7 +32,7 @@ def test_round_trip_gives_the_same_log(tmp_path, suffix, with_task_end):
     result = _import(table, "--out", tmp_path / "log.json")
     assert result.exit_code == 0, result.output
     assert "3 tasks, 6 classes" in result.stdout
-    back = EvaluationLog.load(tmp_path / "log.json")
+    back = load_log(tmp_path / "log.json")
     assert back.tasks == log.tasks and back.class_names == log.class_names
     assert [p.model_dump() for p in back.points] == [p.model_dump() for p in log.points]
     assert back.meta["imported_from"] == str(table) and back.meta["counts_from_accuracy"] is False
@@ -56,7 +56,7 @@ def test_accuracy_with_class_size_and_integer_ids(tmp_path):
     result = _import(tmp_path / "t.csv", "-o", tmp_path / "log.jsonl")
     assert result.exit_code == 0, result.output
     assert "ignored column(s) framework_metric" in result.stdout
-    log = EvaluationLog.load(tmp_path / "log.jsonl")
+    log = load_log(tmp_path / "log.jsonl")
     assert log.class_names is None and log.tasks == [[0, 1], [2]]
     assert [p.correct for p in log.points] == [[9, 1, 0], [5, 2, 4]]
     assert [p.task_end for p in log.points] == [True, True] and log.meta["counts_from_accuracy"] is True
@@ -73,7 +73,7 @@ def test_explicit_task_layout_when_future_tasks_are_evaluated(tmp_path):
     assert result.exit_code == 2 and "--tasks" in result.output  # task 2 would be empty
     result = _import(table, "-o", tmp_path / "log.json", "--tasks", '[["a", "b"], ["c"]]')
     assert result.exit_code == 0, result.output
-    assert EvaluationLog.load(tmp_path / "log.json").tasks == [[0, 1], [2]]
+    assert load_log(tmp_path / "log.json").tasks == [[0, 1], [2]]
 
 
 @pytest.mark.parametrize(

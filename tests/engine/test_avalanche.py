@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from clgate import Recorder
+from clgate.documents import load_log
 from clgate.engine.avalanche import RecorderPlugin
 from clgate.engine.data import load_digits
-from clgate.schemas.evaluation_log import EvaluationLog
 
 TASKS = [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
 
@@ -47,7 +47,7 @@ def test_hooks_in_avalanches_order_write_the_plain_loops_log(tmp_path):
                 plugin.after_training_exp(SimpleNamespace(model=model, experience=experience))
             else:
                 recorder.task_end(model, train_size=len(y), train_bytes=x.nbytes + y.nbytes)
-        logs.append(EvaluationLog.load(tmp_path / "log.json") if use_plugin else recorder.log())
+        logs.append(load_log(tmp_path / "log.json") if use_plugin else recorder.log())
     assert logs[0].model_dump(exclude={"meta"}) == logs[1].model_dump(exclude={"meta"})
     assert logs[0].resources is not None and not logs[0].partial
 
@@ -104,6 +104,6 @@ def test_with_real_avalanche(tmp_path, request):
     )
     for experience in bm.train_stream:
         strategy.train(experience)
-    log = EvaluationLog.load(tmp_path / "log.json")
+    log = load_log(tmp_path / "log.json")
     assert not log.partial and [p.task for p in log.points if p.task_end] == [1, 2]
     assert log.meta["iterations_per_task"] == [(len(y) + 63) // 64 for _, y in streams]

@@ -9,10 +9,10 @@ import zipfile
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import ModelError
 from clgate.engine.models import build_model, inspect_model_file, load_exported, load_torchscript
-from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _export(model: torch.nn.Module, path, n_features: int = 8):
@@ -36,7 +36,7 @@ def test_exported_checkpoints_evaluate_like_their_weights(tmp_path, synthetic_sp
     assert inspect_model_file(programs[0]) == "export"
     (a,) = run_job(synthetic_spec(mode="evaluate", checkpoints=weights), tmp_path / "a")
     (b,) = run_job(synthetic_spec(mode="evaluate", checkpoints=programs), tmp_path / "b")
-    la, lb = EvaluationLog.load(a), EvaluationLog.load(b)
+    la, lb = load_log(a), load_log(b)
     assert la.points == lb.points and sum(la.points[-1].total) > 0
     assert [c["sha256"] for c in lb.meta["checkpoints"]] != [c["sha256"] for c in la.meta["checkpoints"]]
 

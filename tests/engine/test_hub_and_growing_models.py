@@ -13,17 +13,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import ModelError
 from clgate.engine.models import GrowingLinear, build_model, grow_head, make_growing_head
-from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.job import JobSpec
 
 
 def test_growing_head_parameters_grow_with_the_tasks(tmp_path, synthetic_spec):
     spec = synthetic_spec(**{"model.head": "growing", "training.save_final": True})
     (path,) = run_job(spec, tmp_path / "run")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     hidden, n_features = 32, 8
     body = n_features * hidden + hidden + hidden * hidden + hidden
     # 6 classes in 3 tasks of 2: each task adds 2 rows of (hidden + 1) parameters
@@ -38,7 +38,7 @@ def test_growing_head_parameters_grow_with_the_tasks(tmp_path, synthetic_spec):
     (ev,) = run_job(
         synthetic_spec(**{"mode": "evaluate", "checkpoints": cks, "model.head": "growing"}), tmp_path / "ev"
     )
-    assert EvaluationLog.load(ev).points[-1].correct == log.points[-1].correct
+    assert load_log(ev).points[-1].correct == log.points[-1].correct
 
 
 def test_growing_linear_outputs_only_grown_classes():
@@ -97,7 +97,7 @@ def _counts(model: torch.nn.Module, data: Path, seen: list[int]) -> list[int]:
 def test_torchvision_model_retrained_and_evaluated(tmp_path, torchvision_models):
     data = _images(tmp_path / "d.npz")
     (path,) = run_job(_job(data, "torchvision:resnet18"), tmp_path / "run")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["model"] == "torchvision:resnet18" and len(log.points) == 4
     assert log.tasks == [[0, 1], [2, 3]]
     # the trained weights (torchvision's own keys) evaluate as checkpoints of the same architecture,
@@ -106,7 +106,7 @@ def test_torchvision_model_retrained_and_evaluated(tmp_path, torchvision_models)
     assert {"fc.weight", "layer4.1.bn2.running_mean"} <= set(load_file(str(final)))
     spec = _job(data, "torchvision:resnet18", mode="evaluate", checkpoints=[str(final)] * 2)
     (ev,) = run_job(spec, tmp_path / "ev")
-    end = EvaluationLog.load(ev).points[-1]
+    end = load_log(ev).points[-1]
     assert end.total == [3, 3, 3, 3] and end.correct == log.points[-1].correct
 
 
@@ -136,12 +136,12 @@ def test_torchvision_weights_in_its_own_keys_are_the_ones_evaluated(tmp_path, to
     (ev,) = run_job(
         _job(data, "torchvision:resnet18", mode="evaluate", checkpoints=checkpoints), tmp_path / "ev"
     )
-    assert [p.correct for p in EvaluationLog.load(ev).points] == [first, both]
+    assert [p.correct for p in load_log(ev).points] == [first, both]
 
     # retraining from them: with first_task_learned, task 1's end point is the loaded model, untrained
     changes = {"model.weights": str(weights), "scenario.first_task_learned": True}
     (path,) = run_job(_job(data, "torchvision:resnet18", **changes), tmp_path / "run")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.points[0].iteration == 0 and log.points[0].task_end and log.points[0].correct == first
     assert log.meta["model_sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest()
 
@@ -154,7 +154,7 @@ def test_torchvision_model_repeats_grayscale_to_three_channels(tmp_path, torchvi
     with torch.no_grad():
         assert torch.equal(model(x), model.forward(rgb))  # forward() skips the pre-hook
     (path,) = run_job(_job(_images(tmp_path / "d.npz", shape), "torchvision:resnet18"), tmp_path / "run")
-    assert EvaluationLog.load(path).points[-1].total == [3, 3, 3, 3]
+    assert load_log(path).points[-1].total == [3, 3, 3, 3]
     with pytest.raises(ModelError, match=r"RGB \(3-channel\) or grayscale"):
         build_model("torchvision:resnet18", (2, 16, 16), 4)
 
@@ -163,7 +163,7 @@ def test_torchvision_model_with_a_growing_head(tmp_path, torchvision_models):
     data = _images(tmp_path / "d.npz")
     growing = {"model.head": "growing"}
     (path,) = run_job(_job(data, "torchvision:resnet18", **growing), tmp_path / "run")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["head"] == "growing"
     body = sum(p.numel() for p in torchvision_models.resnet18(num_classes=4).parameters()) - (512 + 1) * 4
     assert [r.model_params for r in log.resources] == [body + 2 * (512 + 1) * k for k in (1, 2)]
@@ -171,19 +171,19 @@ def test_torchvision_model_with_a_growing_head(tmp_path, torchvision_models):
     assert {"fc.blocks.0.weight", "fc.blocks.1.weight", "fc.classes"} <= set(load_file(str(final)))
     spec = _job(data, "torchvision:resnet18", mode="evaluate", checkpoints=[str(final)] * 2, **growing)
     (ev,) = run_job(spec, tmp_path / "ev")
-    assert EvaluationLog.load(ev).points[-1].correct == log.points[-1].correct
+    assert load_log(ev).points[-1].correct == log.points[-1].correct
 
 
 def test_timm_model_retrained_and_evaluated(tmp_path, timm_models):
     data = _images(tmp_path / "d.npz", (1, 16, 16))  # grayscale: timm builds the stem with in_chans=1
     (path,) = run_job(_job(data, "timm:resnet10t"), tmp_path / "run")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["model"] == "timm:resnet10t" and len(log.points) == 4
     final = tmp_path / "run" / log.meta["final_model"]
     assert load_file(str(final))["conv1.0.weight"].shape[1] == 1  # timm's own keys, one input channel
     spec = _job(data, "timm:resnet10t", mode="evaluate", checkpoints=[str(final)] * 2)
     (ev,) = run_job(spec, tmp_path / "ev")
-    end = EvaluationLog.load(ev).points[-1]
+    end = load_log(ev).points[-1]
     assert end.total == [3, 3, 3, 3] and end.correct == log.points[-1].correct
     with pytest.raises(ModelError, match="timm cannot build 'no_such_model'"):
         build_model("timm:no_such_model", (1, 16, 16), 4)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.data import load_image_folder
 from clgate.engine.errors import DataError
 from clgate.engine.samples import ImageFiles, Samples, iterate_batches
-from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.job import JobSpec
 
 CLASSES = ("ant", "bee", "cat", "dog")
@@ -78,7 +78,7 @@ def test_folder_trains_like_the_same_images_in_an_array(tmp_path):
         "inline": {"kind": "image_folder", "path": str(root), "size": [10, 10], "workers": 0},
     }.items():
         (path,) = run_job(_spec(data), tmp_path / name)
-        logs[name] = EvaluationLog.load(path)
+        logs[name] = load_log(path)
     points = {name: [(p.iteration, p.correct, p.total) for p in log.points] for name, log in logs.items()}
     assert len(points["npz"]) == 6  # 2 tasks × 6 updates, a point every 2
     assert points["workers"] == points["npz"] and points["inline"] == points["npz"]

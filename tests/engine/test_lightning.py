@@ -12,9 +12,9 @@ pl = pytest.importorskip("lightning.pytorch")
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402 - after importorskip
 
 from clgate import Recorder  # noqa: E402 - after importorskip
+from clgate.documents import load_log  # noqa: E402 - after importorskip
 from clgate.engine.data import load_digits  # noqa: E402 - after importorskip
 from clgate.engine.lightning import RecorderCallback  # noqa: E402 - after importorskip
-from clgate.schemas.evaluation_log import EvaluationLog  # noqa: E402 - after importorskip
 
 TASKS = [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]
 
@@ -68,7 +68,7 @@ def test_callback_writes_the_same_log_as_a_plain_loop(tmp_path):
             enable_model_summary=False,
         )
         trainer.fit(module, DataLoader(ds, batch_size=32, shuffle=False))
-    lightning_log = EvaluationLog.load(tmp_path / "log.json")
+    lightning_log = load_log(tmp_path / "log.json")
 
     torch.manual_seed(0)
     model = Classifier()

@@ -12,6 +12,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from clgate.documents import load_log
+
 resource = pytest.importorskip("resource")
 
 CHILD = textwrap.dedent(
@@ -42,7 +44,6 @@ CHILD = textwrap.dedent(
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc are Linux's")
 def test_uint8_set_larger_than_its_float_budget_trains_and_evaluates(tmp_path):
-    from clgate.schemas.evaluation_log import EvaluationLog
 
     rng = np.random.default_rng(0)
     n_train, n_test, shape = 30_000, 5_000, (3, 32, 32)
@@ -66,7 +67,7 @@ def test_uint8_set_larger_than_its_float_budget_trains_and_evaluates(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    log = EvaluationLog.load(result["log"])
+    log = load_log(result["log"])
     assert not log.partial and log.n_tasks == 10
     assert sum(log.points[-1].total) == 10 * 50  # the evaluation subsample of every task
 

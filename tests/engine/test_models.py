@@ -8,6 +8,7 @@ import pickle
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import ModelError
 from clgate.engine.models import (
@@ -17,7 +18,6 @@ from clgate.engine.models import (
     load_state_dict_file,
     load_torchscript,
 )
-from clgate.schemas.evaluation_log import EvaluationLog
 
 # torch.jit is deprecated upstream; TorchScript candidates are still a supported input.
 pytestmark = [
@@ -146,7 +146,7 @@ def test_torchscript_candidate_trains_in_place_and_evaluates(tmp_path, synthetic
         }
     )
     (log_path,) = run_job(spec, tmp_path / "out")
-    log = EvaluationLog.load(log_path)
+    log = load_log(log_path)
     assert log.meta["model"] == "torchscript" and len(log.meta["model_sha256"]) == 64
     end = log.points[-1]
     assert end.task_end and sum(end.correct) / sum(end.total) > 0.5  # 6 classes: chance is 1/6

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from clgate import Recorder
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.data import load_digits
 from clgate.engine.errors import EngineInputError
@@ -63,7 +64,7 @@ def _plain_loop(*, seed: int, eval_every: int, epochs: int, batch_size: int, lr:
 def test_plain_loop_writes_the_engines_log(digits_spec, tmp_path, eval_every):
     spec = digits_spec(**{"evaluation.eval_every": eval_every, "training.epochs": 2})
     [path] = run_job(spec, tmp_path)
-    engine = EvaluationLog.load(path)
+    engine = load_log(path)
     mine = _plain_loop(seed=0, eval_every=eval_every, epochs=2, batch_size=16, lr=0.05)
     assert not mine.partial and not engine.partial
     assert mine.tasks == engine.tasks and mine.class_names == engine.class_names
@@ -82,9 +83,9 @@ def test_save_writes_a_valid_log_and_partial_before_the_end(tmp_path):
     rec.task_end(model)  # first task already known: its task end at iteration 0
     rec.step(model)
     rec.save(tmp_path / "partial.json")
-    assert EvaluationLog.load(tmp_path / "partial.json").partial
+    assert load_log(tmp_path / "partial.json").partial
     rec.task_end(model)
-    log = EvaluationLog.load(rec.save(tmp_path / "log.json"))
+    log = load_log(rec.save(tmp_path / "log.json"))
     assert not log.partial and log.resources is None  # no sizes given: no resources
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [(0, 1, True), (1, 2, True)]
     assert log.points[0].total == [0, 0, 10] and log.points[1].total == [10, 10, 10]
@@ -153,7 +154,7 @@ def test_example_own_loop_writes_a_gateable_log(tmp_path):
 
     example = Path(__file__).parents[2] / "examples" / "own_loop.py"
     path = runpy.run_path(str(example))["main"](tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert not log.partial and log.n_tasks == 5 and log.resources is not None
     assert log.points[0].iteration == 10 and sum(p.task_end for p in log.points) == 5
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import JobCancelled, Progress, run_job
 from clgate.engine.errors import EngineInputError
 from clgate.engine.models import build_model
@@ -30,7 +31,7 @@ def test_digits_finetune_forgets_er_remembers_joint_is_best(tmp_path, digits_spe
     for name in ("finetune", "er", "joint"):
         spec = digits_spec(**{"strategy.name": name})
         (path,) = run_job(spec, tmp_path / name)
-        logs[name] = EvaluationLog.load(path)
+        logs[name] = load_log(path)
     m = {name: _metrics(log) for name, log in logs.items()}
     # The metrics engineer's implementation and a hand computation agree on the task-end metrics.
     for name, log in logs.items():
@@ -87,8 +88,8 @@ def test_evaluating_every_update_does_not_change_what_is_learned(tmp_path, digit
     off = base.with_overrides({"evaluation.eval_every": None})
     (log_on,) = run_job(on, tmp_path / "on")
     (log_off,) = run_job(off, tmp_path / "off")
-    n_on = len(EvaluationLog.load(log_on).points)
-    n_off = len(EvaluationLog.load(log_off).points)
+    n_on = len(load_log(log_on).points)
+    n_off = len(load_log(log_off).points)
     assert n_on == 1 + 5 * 3 and n_off == 5
     from safetensors.torch import load_file
 
@@ -108,7 +109,7 @@ def test_evaluating_every_update_does_not_change_what_is_learned(tmp_path, digit
 def test_points_follow_the_contract(tmp_path, synthetic_spec):
     spec = synthetic_spec(**{"evaluation.eval_every": 3, "evaluation.before_first_update": True})
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.partial is False
     iters = [p.iteration for p in log.points]
     assert iters[0] == 0 and log.points[0].task == 1 and not log.points[0].task_end
@@ -125,7 +126,7 @@ def test_points_follow_the_contract(tmp_path, synthetic_spec):
 def test_future_tasks_and_subsample(tmp_path, synthetic_spec):
     spec = synthetic_spec(**{"evaluation.future_tasks": True, "evaluation.subsample_per_task": 7})
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     for p in log.points:
         assert sum(p.total) == 3 * 7  # every task, 7 samples each (fixed subsample)
     assert len({tuple(p.total) for p in log.points}) == 1  # the same subsample at every point
@@ -148,7 +149,7 @@ def test_first_task_learned_is_evaluated_not_trained(tmp_path, synthetic_spec):
         }
     )
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.points[0].iteration == 0 and log.points[0].task == 1 and log.points[0].task_end
     assert log.meta["iterations_per_task"] == [0, 8, 8]
     assert log.resources[0].ops_train == 0
@@ -159,10 +160,10 @@ def test_first_task_learned_is_evaluated_not_trained(tmp_path, synthetic_spec):
 def test_explicit_groups_and_shuffled_order(tmp_path, synthetic_spec):
     spec = synthetic_spec(scenario={"tasks": [[5], [0, 1, 2], [3, 4]]})
     (path,) = run_job(spec, tmp_path / "a")
-    assert EvaluationLog.load(path).tasks == [[5], [0, 1, 2], [3, 4]]
+    assert load_log(path).tasks == [[5], [0, 1, 2], [3, 4]]
     spec = synthetic_spec(**{"scenario.shuffle_seed": 3})
     (path,) = run_job(spec, tmp_path / "b")
-    tasks = EvaluationLog.load(path).tasks
+    tasks = load_log(path).tasks
     assert sorted(c for t in tasks for c in t) == list(range(6)) and tasks != [[0, 1], [2, 3], [4, 5]]
     with pytest.raises(EngineInputError, match="do not split into 4 equal tasks"):
         run_job(synthetic_spec(**{"scenario.n_tasks": 4}), tmp_path / "c")
@@ -180,7 +181,7 @@ def test_resources_per_task(tmp_path, digits_spec):
         }
     )
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert len(log.resources) == 5
     per_sample_fb = 2 * (64 * 400 + 400 * 400 + 400 * 10) + (
         400 * 400 + 400 * 10
@@ -211,7 +212,7 @@ def test_should_stop_leaves_a_valid_partial_log(tmp_path, synthetic_spec):
     with pytest.raises(JobCancelled) as info:
         run_job(spec, tmp_path, should_stop=stop)
     assert info.value.paths == [tmp_path / "log-seed0.json"]
-    log = EvaluationLog.load(info.value.paths[0])
+    log = load_log(info.value.paths[0])
     assert log.partial and log.finished_tasks == 1
     assert polls["n"] == 12
     # the points written so far: every 2 updates, task 1 ended at 8, stopped after update 11
@@ -231,7 +232,7 @@ def test_keyboard_interrupt_leaves_a_valid_partial_log(tmp_path, synthetic_spec)
     with pytest.raises(KeyboardInterrupt) as info:
         run_job(synthetic_spec(), tmp_path, progress=progress)
     assert info.value.paths == [tmp_path / "log-seed0.json"]  # type: ignore[attr-defined]
-    log = EvaluationLog.load(tmp_path / "log-seed0.json")
+    log = load_log(tmp_path / "log-seed0.json")
     assert log.partial and log.finished_tasks == 2
     assert seen[0].n_tasks == 3 and seen[0].total_iterations == 24
     assert all(p.seed == 0 and 0 <= p.iteration <= 24 for p in seen)
@@ -258,7 +259,7 @@ def test_evaluate_mode_counts_match_a_naive_loop(tmp_path, synthetic_spec):
     paths, models = _save_checkpoints(tmp_path, 3)
     spec = synthetic_spec(mode="evaluate", checkpoints=[str(p) for p in paths])
     (path,) = run_job(spec, tmp_path / "out")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [
         (1, 1, True),
         (2, 2, True),
@@ -285,7 +286,7 @@ def test_evaluate_mode_with_iterations(tmp_path, synthetic_spec):
     paths, _ = _save_checkpoints(tmp_path, 4)
     cks = [f"{paths[0]}@5:1", f"{paths[1]}@10:1", f"{paths[2]}@20:2", f"{paths[3]}@30:3"]
     (path,) = run_job(synthetic_spec(mode="evaluate", checkpoints=cks), tmp_path / "out")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert [(p.iteration, p.task, p.task_end) for p in log.points] == [
         (5, 1, False),
         (10, 1, True),
@@ -311,7 +312,7 @@ def test_run_job_resolves_relative_paths_against_base_dir(tmp_path, synthetic_sp
     )
     spec = synthetic_spec(**{"data": {"kind": "npz", "path": "data/d.npz"}, "scenario.n_tasks": 2})
     (path,) = run_job(spec, tmp_path / "out", base_dir=tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["data"]["source"] == str(tmp_path / "data" / "d.npz")
     assert math.isclose(sum(log.points[-1].total), 16)
 
@@ -325,7 +326,7 @@ def test_evaluate_mode_accepts_torchscript_checkpoints(tmp_path, synthetic_spec)
     spec = synthetic_spec(**{"mode": "evaluate", "checkpoints": [str(p) for p in paths]})
     (b,) = run_job(spec, tmp_path / "b")
     # the scripted checkpoint is the same network as the safetensors one: the same counts
-    assert EvaluationLog.load(a).points == EvaluationLog.load(b).points
+    assert load_log(a).points == load_log(b).points
 
 
 @pytest.mark.parametrize("arch", ["cnn", "resnet18-slim"])
@@ -353,7 +354,7 @@ def test_image_folder_with_conv_nets(tmp_path, arch):
         }
     )
     (path,) = run_job(spec, tmp_path / "out", base_dir=tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.class_names == ["dark", "light", "mid", "noisy"]
     assert [(p.iteration, p.task_end) for p in log.points] == [(2, False), (3, True), (4, False), (6, True)]
     assert sum(log.points[-1].total) == 12 and log.resources[0].train_bytes == 12 * (64 * 4 + 8)

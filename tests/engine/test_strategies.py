@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+import typing
 from collections import Counter
 
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import StrategyError
 from clgate.engine.samples import Samples
@@ -15,12 +17,12 @@ from clgate.engine.strategies import (
     BUILTIN_STRATEGIES,
     ER,
     GDumb,
+    Strategy,
     StrategyContext,
     available_strategies,
     create_strategy,
     get_strategy,
 )
-from clgate.schemas.evaluation_log import EvaluationLog
 
 
 def _ctx(n_classes: int = 4) -> StrategyContext:
@@ -110,7 +112,7 @@ def test_gdumb_memory_is_balanced_and_model_reset():
 def test_other_strategies_run_and_learn(tmp_path, synthetic_spec, name):
     spec = synthetic_spec(**{"strategy.name": name, "training.epochs": 2})
     (path,) = run_job(spec, tmp_path)
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     end = log.points[-1]
     assert log.meta["strategy"] == name and end.task_end
     assert sum(end.correct) / sum(end.total) > 1 / 6  # better than chance over 6 classes
@@ -158,7 +160,7 @@ def test_third_party_strategy_through_entry_point(tmp_path, monkeypatch, synthet
         **{"strategy.name": "smooth", "strategy.smoothing": 0.1, "model.predict_over": "all"}
     )
     (path,) = run_job(spec, tmp_path / "out")
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.meta["strategy"] == "smooth" and log.meta["strategy_params"] == {"smoothing": 0.1}
 
 
@@ -172,3 +174,12 @@ def test_broken_plugin_is_reported(tmp_path, monkeypatch):
         StrategyError, match=r"strategy plugin 'broken' \(no_such_module_xyz:Thing\) cannot be loaded"
     ):
         get_strategy("broken")
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_STRATEGIES))
+def test_each_builtin_types_its_params_with_its_own_model(name):
+    """``class ER(Strategy[ERParams])`` with ``Params = ERParams``: self.params is typed as what it is."""
+    cls = BUILTIN_STRATEGIES[name]
+    (base,) = (b for b in cls.__orig_bases__ if typing.get_origin(b) is Strategy)
+    assert typing.get_args(base) == (cls.Params,)
+    assert type(cls(_ctx(n_classes=2)).params) is cls.Params

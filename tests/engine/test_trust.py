@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from clgate.documents import load_log
 from clgate.engine import run_job
 from clgate.engine.errors import DataError, EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.runner import TrainingDiverged
 from clgate.metrics import compute_metrics
 from clgate.policy import decide, parse_policy
-from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.job import JobSpec
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning")
@@ -29,7 +29,7 @@ def test_a_diverged_ewc_run_stops_names_task_and_iteration_and_its_log_fails(tmp
     ) as err:
         run_job(spec, tmp_path)
     (path,) = err.value.paths
-    log = EvaluationLog.load(path)
+    log = load_log(path)
     assert log.partial and log.diverged is not None and log.diverged.task == 2
     assert log.finished_tasks == 1
     policy = parse_policy({"name": "p", "rules": [{"metric": "acc", "at": "task:1", "floor": 0.0}]})
@@ -70,7 +70,7 @@ def test_the_subsample_is_stratified_and_shared_by_seeds_and_with_the_baseline(t
         synthetic_spec(**{"evaluation.subsample_per_task": 5, "strategy.name": "joint"}),
         tmp_path / "joint",
     )
-    logs = [EvaluationLog.load(p) for p in (a, b, base)]
+    logs = [load_log(p) for p in (a, b, base)]
     selections = {log.meta["eval_selection"]["sha256"] for log in logs}
     assert len(selections) == 1 and logs[0].meta["eval_selection"]["stratified"]
     end = logs[0].points[-1].total
@@ -80,7 +80,7 @@ def test_the_subsample_is_stratified_and_shared_by_seeds_and_with_the_baseline(t
     policy = parse_policy({"name": "p", "rules": [{"baseline": "classes", "max_drop": 1.0}]})
     assert decide(logs[:2], policy, baseline=logs[2]).rules[0].status == "pass"
     (other,) = run_job(synthetic_spec(**{"evaluation.subsample_per_task": 6}), tmp_path / "other")
-    refused = decide(logs[:1], policy, baseline=EvaluationLog.load(other))
+    refused = decide(logs[:1], policy, baseline=load_log(other))
     assert refused.verdict == "ERROR" and "other test samples" in refused.rules[0].message
 
 
@@ -127,7 +127,7 @@ def test_channels_last_images_need_the_layout_and_then_match_channels_first(tmp_
         run_job(_image_job(last, "cnn"), tmp_path / "a")
     (a,) = run_job(_image_job(last, "cnn", data={"layout": "channels_last"}), tmp_path / "b")
     (b,) = run_job(_image_job(first, "cnn"), tmp_path / "c")
-    la, lb = EvaluationLog.load(a), EvaluationLog.load(b)
+    la, lb = load_log(a), load_log(b)
     assert la.points == lb.points and la.meta["data"]["sha256"] == lb.meta["data"]["sha256"]
     with pytest.raises(DataError, match="channels first"):
         run_job(_image_job(first, "cnn", data={"layout": "channels_last"}), tmp_path / "d")
@@ -137,21 +137,21 @@ def test_a_last_batch_of_one_never_reaches_batchnorm(tmp_path):
     # 2 classes × 9 samples = 18 per task, batch 17: the lone 18th sample joins the last batch
     path = _images(tmp_path / "d.npz", last=False)
     (log_path,) = run_job(_image_job(path, "resnet18-slim"), tmp_path / "out")
-    log = EvaluationLog.load(log_path)
+    log = load_log(log_path)
     assert not log.partial and log.meta["iterations_per_task"] == [1, 1]
 
 
 def test_future_tasks_with_predict_over_seen_has_no_forward_transfer(tmp_path, synthetic_spec):
     (path,) = run_job(synthetic_spec(**{"evaluation.future_tasks": True}), tmp_path)
-    m = compute_metrics(EvaluationLog.load(path))
+    m = compute_metrics(load_log(path))
     assert m.metrics["fwt_lifetime"] is None and "predict_over: seen" in m.reasons["fwt_lifetime"]
     (path,) = run_job(
         synthetic_spec(**{"evaluation.future_tasks": True, "model.predict_over": "all"}),
         tmp_path / "all",
     )
-    assert compute_metrics(EvaluationLog.load(path)).metrics["fwt_lifetime"] is not None
+    assert compute_metrics(load_log(path)).metrics["fwt_lifetime"] is not None
 
 
 def test_the_thread_count_is_recorded_in_the_log(tmp_path, synthetic_spec):
     (path,) = run_job(synthetic_spec(cpu_threads=1), tmp_path)
-    assert EvaluationLog.load(path).meta["cpu_threads"] == 1
+    assert load_log(path).meta["cpu_threads"] == 1

@@ -67,7 +67,7 @@ def install_into_fresh_venv(venv: Path, wheel: Path, requirement: str, repo: Pat
 @pytest.fixture(scope="session")
 def user_venv(wheel, tmp_path_factory) -> Path:
     """clgate (base install) from the wheel just built, in a venv outside the repository."""
-    from clgate import __version__
+    from clgate._version import __version__
 
     repo = Path(__file__).resolve().parents[2]
     venv = tmp_path_factory.mktemp("user") / "venv"

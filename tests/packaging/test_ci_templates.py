@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from clgate import __version__
+from clgate._version import __version__
+from clgate.documents import dump_log
 
 REPO = Path(__file__).resolve().parents[2]
 SHA = "5e1f00d5e1f00d5e1f00d5e1f00d5e1f00d5e1f0"
@@ -54,8 +55,8 @@ def user_repo(tmp_path, good_log) -> Path:
     repo = tmp_path / "vision"
     (repo / "eval-logs").mkdir(parents=True)
     (repo / "train.py").write_text("print('the user trains their model here')\n")
-    good_log(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
-    good_log(seed=1, level=0.88).dump(repo / "eval-logs" / "log-seed1.json")
+    dump_log(good_log(seed=0), repo / "eval-logs" / "log-seed0.json")
+    dump_log(good_log(seed=1, level=0.88), repo / "eval-logs" / "log-seed1.json")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     return repo
 
@@ -130,7 +131,7 @@ def _promote_and_regress(repo: Path, forgetful_log: Callable[..., Any]) -> None:
     shutil.copy(repo / "eval-logs" / "log-seed0.json", repo / "released" / "log.json")
     for old in (repo / "eval-logs").glob("*.json"):
         old.unlink()
-    forgetful_log(seed=0).dump(repo / "eval-logs" / "log-seed0.json")
+    dump_log(forgetful_log(seed=0), repo / "eval-logs" / "log-seed0.json")
 
 
 def _check_first_run(done, repo: Path, out: str, summary: Path | None) -> None:

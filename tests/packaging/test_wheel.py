@@ -62,7 +62,7 @@ def test_the_installed_wheel_runs_a_job_and_gates_it(wheel, tmp_path):
     """``pip install --find-links DIR 'clgate[engine]==V'`` into a venv outside the repository (torch
     pinned by the constraints to the local CPU build), then ``clgate run`` on the shipped digits job
     and ``clgate gate`` with a preset, from a directory that holds no clgate file."""
-    from clgate import __version__
+    from clgate._version import __version__
     from tests.packaging.conftest import install_into_fresh_venv
 
     repo = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_the_release_builds_an_sdist_and_a_wheel_that_twine_accepts(tmp_path, ch
     and ``twine check --strict``; the version comes from clgate/_version.py."""
     import sys
 
-    from clgate import __version__
+    from clgate._version import __version__
 
     source = checkout_copier(tmp_path / "source")
     dist = tmp_path / "dist"

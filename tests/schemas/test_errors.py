@@ -113,7 +113,8 @@ def test_engine_errors_are_input_errors():
 
 
 def test_documents_are_read_parsed_and_validated_with_the_callers_error(tmp_path):
-    from clgate.schemas.errors import parse_document, read_text, validate
+    from clgate.documents import parse_document, read_text
+    from clgate.schemas.errors import validate
 
     class DocError(InputError):
         what = "doc"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from clgate.documents import dump_log, load_log
 from clgate.schemas import EvaluationLog, EvaluationLogError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "logs" / "spec-example.json"
@@ -249,13 +250,13 @@ def test_load_names_the_file_and_round_trips_jsonl(tmp_path: Path, doc: dict) ->
     doc["points"][3]["correct"][1] = 70
     bad.write_text(json.dumps(doc))
     with pytest.raises(EvaluationLogError) as info:
-        EvaluationLog.load(bad)
+        load_log(bad)
     assert str(info.value).startswith(f"{bad}: invalid evaluation log")
 
-    good = EvaluationLog.load(EXAMPLE)
+    good = load_log(EXAMPLE)
     path = tmp_path / "log.jsonl"
-    good.dump(path)
-    assert EvaluationLog.load(path) == good
+    dump_log(good, path)
+    assert load_log(path) == good
     assert len(path.read_text().splitlines()) == 1 + len(good.points)
 
 
@@ -263,8 +264,8 @@ def test_load_reports_broken_json_and_missing_file(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text('{"tasks": [[0]], "points": [')
     with pytest.raises(EvaluationLogError) as info:
-        EvaluationLog.load(broken)
+        load_log(broken)
     assert "Invalid JSON" in info.value.problems[0]
     with pytest.raises(EvaluationLogError) as info:
-        EvaluationLog.load(tmp_path / "nowhere.json")
+        load_log(tmp_path / "nowhere.json")
     assert info.value.problems[0].startswith("cannot read file")

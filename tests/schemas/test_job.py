@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clgate.documents import dump_job, load_job, parse_job, parse_overrides
 from clgate.schemas.job import CheckpointSpec, JobSpec, JobSpecError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
@@ -16,34 +17,38 @@ def test_shipped_examples_load():
     names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
     assert {"digits-er.yaml", "digits-finetune.yaml"} <= set(names)
     for path in EXAMPLES.glob("*.yaml"):
-        spec = JobSpec.load(path)
+        spec = load_job(path)
         assert spec.mode == "retrain" and spec.data.kind == "digits"
-    er = JobSpec.load(EXAMPLES / "digits-er.yaml")
+    er = load_job(EXAMPLES / "digits-er.yaml")
     assert er.strategy.name == "er" and er.strategy.params["mem_size"] == 200
 
 
 def test_yaml_and_json_round_trip(tmp_path):
     # a null that is not the default must survive dump/load and overrides
-    spec = JobSpec.load(EXAMPLES / "digits-er.yaml").with_overrides(["evaluation.eval_every=null"])
-    assert spec.with_overrides(["training.epochs=1"]).evaluation.eval_every is None
+    spec = load_job(EXAMPLES / "digits-er.yaml").with_overrides(
+        parse_overrides(["evaluation.eval_every=null"])
+    )
+    assert spec.with_overrides(parse_overrides(["training.epochs=1"])).evaluation.eval_every is None
     for name in ("job.json", "job.yaml"):
-        spec.dump(tmp_path / name)
-        assert JobSpec.load(tmp_path / name) == spec
+        dump_job(spec, tmp_path / name)
+        assert load_job(tmp_path / name) == spec
 
 
 def test_overrides_with_dotted_keys_and_yaml_values():
-    spec = JobSpec.load(EXAMPLES / "digits-finetune.yaml")
+    spec = load_job(EXAMPLES / "digits-finetune.yaml")
     out = spec.with_overrides(
-        [
-            "strategy.name=er",
-            "strategy.mem_size=50",
-            "training.epochs=2",
-            "seeds=[0,1,2]",
-            "evaluation.eval_every=null",
-            "device=cpu",
-            "scenario.tasks=[[0,1,2],[3,4,5,6,7,8,9]]",
-            "scenario.n_tasks=null",
-        ]
+        parse_overrides(
+            [
+                "strategy.name=er",
+                "strategy.mem_size=50",
+                "training.epochs=2",
+                "seeds=[0,1,2]",
+                "evaluation.eval_every=null",
+                "device=cpu",
+                "scenario.tasks=[[0,1,2],[3,4,5,6,7,8,9]]",
+                "scenario.n_tasks=null",
+            ]
+        )
     )
     assert out.strategy.name == "er" and out.strategy.params == {"mem_size": 50}
     assert out.training.epochs == 2 and out.seeds == [0, 1, 2] and out.evaluation.eval_every is None
@@ -114,7 +119,7 @@ def test_overrides_with_dotted_keys_and_yaml_values():
 )
 def test_errors_name_field_and_reason(document, problem):
     with pytest.raises(JobSpecError) as info:
-        JobSpec.parse(document, source="job.yaml")
+        parse_job(document, source="job.yaml")
     text = str(info.value)
     assert text.startswith("job.yaml: invalid job specification")
     assert any(line.startswith(problem.split(":")[0] + ":") for line in info.value.problems)
@@ -125,21 +130,21 @@ def test_load_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed")
     with pytest.raises(JobSpecError, match="not valid YAML"):
-        JobSpec.load(bad)
+        load_job(bad)
     bad.write_text("- just\n- a list\n")
     with pytest.raises(JobSpecError, match="must be a mapping"):
-        JobSpec.load(bad)
+        load_job(bad)
     js = tmp_path / "bad.json"
     js.write_text(json.dumps({"data": "digits"}))
     with pytest.raises(JobSpecError, match="scenario: Field required"):
-        JobSpec.load(js)
+        load_job(js)
     with pytest.raises(JobSpecError, match="cannot read file"):
-        JobSpec.load(tmp_path / "missing.yaml")
-    spec = JobSpec.load(EXAMPLES / "digits-er.yaml")
+        load_job(tmp_path / "missing.yaml")
+    spec = load_job(EXAMPLES / "digits-er.yaml")
     with pytest.raises(JobSpecError, match="expected key=value"):
-        spec.with_overrides(["training.epochs"])
+        spec.with_overrides(parse_overrides(["training.epochs"]))
     with pytest.raises(JobSpecError, match=r"training\.epochs: Input should be a valid integer"):
-        spec.with_overrides(["training.epochs=many"])
+        spec.with_overrides(parse_overrides(["training.epochs=many"]))
 
 
 def test_checkpoint_syntax():

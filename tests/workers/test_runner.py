@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
+from clgate.documents import load_log
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import make_engine, session_scope, upgrade
 from clgate.store.models import AuditEvent, Decision, Job, Policy
@@ -220,11 +221,10 @@ def test_time_limit_stops_a_training_job_between_iterations(tmp_path, migrated_s
         assert job.progress.get("iteration", 0) > 0
         names = list(s.scalars(select(JobFile.name).where(JobFile.job_id == job_id)))
     assert names == ["logs/log-seed0.json"]
-    from clgate.schemas.evaluation_log import EvaluationLog
 
     with ctx.sessions() as s:
         sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id))
-    assert EvaluationLog.load(ctx.artifacts.path(sha)).partial
+    assert load_log(ctx.artifacts.path(sha)).partial
     assert _decisions(ctx, job_id) == 0
 
 
