@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from clgate.schemas.vocab import QUEUES
-from clgate.store import stats
-from clgate.store import open_store
+from clgate.store import open_store, stats
 from clgate.store.settings import Settings
 from clgate.workers.embedded import EmbeddedExecutor
 from clgate.workers.supervisor import Supervisor

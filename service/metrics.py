@@ -36,8 +36,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
-from clgate.metrics.registry import REGISTRY
 from clgate._version import __version__
+from clgate.metrics.registry import REGISTRY
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
 from clgate.store import stats
 from clgate.store.models import DEFAULT_PROJECT, as_utc, utcnow

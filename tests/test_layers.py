@@ -40,6 +40,19 @@ ABOVE_THE_CORE = ("clgate.engine", "clgate.store", "clgate.workers", "clgate.ser
 LAYERS_ABOVE = {
     "clgate._version": ("clgate.",),  # the version imports nothing
     "clgate.fmt": ("clgate.",),  # number formatting, used by every renderer: imports nothing of clgate
+    # build provenance read from CI variables (used by the CLI and the reports): imports nothing of clgate
+    "clgate.provenance": ("clgate.",),
+    # the shipped policies by name (preset:NAME): the contract's errors and nothing else
+    "clgate.presets": (
+        "clgate.metrics",
+        "clgate.policy",
+        "clgate.fmeca",
+        "clgate.reports",
+        "clgate.gate",
+        "clgate.log_import",
+        "clgate.documents",
+        *ABOVE_THE_CORE,
+    ),
     "clgate.schemas": ("clgate.",),  # the contract imports nothing of clgate but itself
     # documents as files and text (YAML/JSON job specs, evaluation logs): the contract and nothing else
     "clgate.documents": (
@@ -109,6 +122,8 @@ PURE = (
     "clgate.fmt",
     "clgate.log_import",
     "clgate._version",
+    "clgate.provenance",
+    "clgate.presets",
     "clgate.gate",
     "clgate.reports",
 )

@@ -60,6 +60,7 @@ def main() -> None:
     except Exception as exc:
         if os.environ.get("CLGATE_DEBUG"):
             raise
+        # lazy: CLI — `clgate --help` loads no command's dependencies
         from clgate.cli.operator_errors import settings_error_message
 
         operator = settings_error_message(exc)  # a store, broker or folder the settings point at: exit 2

@@ -91,6 +91,7 @@ def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict
     """The candidate (from the flags) and the build (from the CI's variables) for the provenance."""
     import os
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.provenance import build_info, candidate_info
 
     try:
@@ -318,7 +319,8 @@ def _load_inputs(a: GateArgs, log_paths: list[Path]) -> dict[str, Any]:
     """Policy, baseline and logs (running the job first with --job); an input error still writes the
     JUnit file and the summary, so CI says why nothing was judged."""
     policy_path = _check_usage(a, log_paths)
-    baseline_path, skipped = a.baseline_path, []
+    baseline_path = a.baseline_path
+    skipped: list[str] = []
     try:
         build = _ci_provenance(a.candidate, a.candidate_version)
         policy = _load_policy(policy_path)
@@ -332,6 +334,7 @@ def _load_inputs(a: GateArgs, log_paths: list[Path]) -> dict[str, Any]:
             log_paths = _run_job(a.job, a.out or Path("clgate-out"), list(a.set_ or []))
         logs = [_load_log(p) for p in log_paths]
     except InputRejected as exc:
+        # lazy: CLI — `clgate --help` loads no command's dependencies
         from clgate.reports import render_input_error_junit, render_input_error_markdown
 
         _write_text(a.junit, render_input_error_junit(exc.message))
@@ -352,6 +355,7 @@ def _load_inputs(a: GateArgs, log_paths: list[Path]) -> dict[str, Any]:
 
 
 def _gate(a: GateArgs) -> None:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.gate import gate_logs
     from clgate.schemas.vocab import exit_code
 
@@ -382,6 +386,7 @@ def _gate(a: GateArgs) -> None:
 
 def _print_build(provenance: dict[str, Any]) -> None:
     """The build the verdict certifies (candidate, commit, CI run), when known."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.provenance import build_label, candidate_label
 
     parts = [p for p in (candidate_label(provenance), build_label(provenance)) if p]

@@ -31,6 +31,7 @@ def settings_error_message(exc: BaseException, argv: list[str] | None = None) ->
     SQLAlchemy, and its commands have no such settings."""
     if "clgate.store.db" not in sys.modules:
         return None
+    # lazy: SQLAlchemy — the base install has no store; only a failing command gets here
     from clgate.store.db import as_settings_error
 
     found = as_settings_error(

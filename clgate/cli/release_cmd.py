@@ -28,6 +28,7 @@ def presets_command() -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.presets import preset_names, preset_summary
 
     table = Table(title="shipped policies (--policy preset:NAME)")
@@ -41,6 +42,7 @@ def presets_command() -> None:
 def _template(name: str) -> str:
     from importlib.resources import files
 
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate._version import __version__
 
     text = files("clgate.examples").joinpath("ci", name).read_text(encoding="utf-8")
@@ -48,6 +50,7 @@ def _template(name: str) -> str:
 
 
 def _plan(repo: Path, ci: str) -> dict[Path, str]:
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.presets import preset_path
 
     template, target = CI_TEMPLATES[ci]

@@ -55,6 +55,7 @@ def _sessions(settings, *, migrate: bool = True):
 def _announce_sandbox(settings, *, required: bool = False) -> None:
     """Say on stderr when submitted models would run unconfined or not at all; with ``required``
     (CLGATE_SANDBOX=bwrap) refuse to start without a working bwrap."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.workers.sandbox import announcement, sandbox_status
 
     status = sandbox_status(settings)

@@ -279,8 +279,6 @@ def _compute(
     """(metrics of the runs, metrics of the baseline, the baseline problem). Invalid logs add to
     ``errors`` (no metrics); an invalid baseline becomes the baseline problem (the runs are still
     computed, without it)."""
-    from clgate.metrics import compute_metrics, compute_runs
-
     opts: dict[str, Any] = {"task_accuracy": policy.task_accuracy, "windows": policy.windows()}
     metrics: RunsResult | None = None
     base_metrics: MetricsResult | None = None

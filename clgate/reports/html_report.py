@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.metrics import LogArrays
 from clgate.provenance import build_label, candidate_label
 from clgate.reports.text import (
     ICON,
@@ -127,6 +128,7 @@ def _figures(
     decision: Decision, metrics: Any | None, logs: Sequence[Any]
 ) -> tuple[dict[str, str], list[str]]:
     """The report's figures (inline SVG, by name) and the notes on what they cannot show."""
+    # lazy: matplotlib — only the HTML report draws figures
     from clgate.reports import figures
 
     figs: dict[str, str] = {}
@@ -136,8 +138,6 @@ def _figures(
         figs["acc_mica"] = figures.acc_vs_mica(runs)
         figs["raa_raf"] = figures.raa_raf(runs)
         if logs:
-            from clgate.metrics import LogArrays
-
             arrays = [LogArrays.from_log(log, task_accuracy=runs[0].task_accuracy) for log in logs]
             figs["boxplots"] = figures.class_boxplots(arrays)
             # the heatmap of the run with the worst moment (the first run when there is none)

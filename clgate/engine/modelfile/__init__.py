@@ -22,6 +22,9 @@ the reason (the CLI exits 2, the service answers 4xx).
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from clgate.engine.errors import ModelError
 from clgate.engine.modelfile.export import ExportedModel, check_export_archive, load_exported
 from clgate.engine.modelfile.pickles import STATE_DICT_POLICY, TORCHSCRIPT_POLICY, pickle_refusal
 from clgate.engine.modelfile.symexpr import sym_expr_refusal
@@ -62,10 +65,6 @@ __all__ = [
 def check_model_file(path: str) -> str:
     """Judge a model file without loading it (what an upload check calls): its kind, or a
     :class:`~clgate.engine.errors.ModelError` naming the member and the reason."""
-    from pathlib import Path
-
-    from clgate.engine.errors import ModelError
-
     p = Path(path)
     kind = inspect_model_file(p)
     if kind == "export":

@@ -30,6 +30,7 @@ from clgate.engine.errors import ModelError
 from clgate.engine.modelfile.ops import export_target_refusal
 from clgate.engine.modelfile.pickles import STATE_DICT_POLICY, pickle_refusal, torch_save_refusal
 from clgate.engine.modelfile.symexpr import sym_expr_refusal
+from clgate.engine.modelfile.weights import inspect_model_file
 from clgate.engine.modelfile.zipcheck import open_checked, read_head, read_member, refuse
 
 # Small members every archive has (format markers), read as text and bounded.
@@ -145,8 +146,6 @@ class ExportedModel(nn.Module):
 def load_exported(path: str | Path) -> nn.Module:
     """A ``torch.export`` program (``.pt2``) as a module for evaluation, once the whole archive passed
     :func:`check_export_archive`."""
-    from clgate.engine.modelfile.weights import inspect_model_file
-
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such file")

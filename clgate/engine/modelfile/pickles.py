@@ -167,10 +167,10 @@ class _Machine:
             module, _, attr = str(arg).partition(" ")
             s.append(self.global_(module, attr))
         elif name == "STACK_GLOBAL":
-            attr, module = self.pop(), self.pop()
-            if module.kind != "str" or attr.kind != "str":
+            attr_value, module_value = self.pop(), self.pop()
+            if module_value.kind != "str" or attr_value.kind != "str":
                 raise PickleRefused("STACK_GLOBAL names a global with computed (non-string) values")
-            s.append(self.global_(module.text, attr.text))
+            s.append(self.global_(module_value.text, attr_value.text))
         elif name in ("REDUCE", "NEWOBJ"):
             self.pop()  # arguments: anything on the stack was built from allowed names only
             s.append(self.call(name, self.pop()))

@@ -29,6 +29,7 @@ import torch
 from clgate.engine.errors import ModelError
 from clgate.engine.modelfile.ops import ATEN_OPS, PRIM_OPS, TORCHSCRIPT_BUILTINS
 from clgate.engine.modelfile.pickles import TORCHSCRIPT_POLICY, pickle_refusal
+from clgate.engine.modelfile.weights import EXPORT_HINT, inspect_model_file
 from clgate.engine.modelfile.zipcheck import open_checked, read_member, refuse
 
 ROOTS = frozenset({"torch", "ops", "__torch__"})
@@ -141,7 +142,9 @@ class _CodeChecker:
         name = node.id
         parent = self.parents.get(node)
         if isinstance(node.ctx, ast.Store):
-            in_class = isinstance(parent, ast.ClassDef) or isinstance(self.parents.get(parent), ast.ClassDef)
+            in_class = isinstance(parent, ast.ClassDef) or (
+                parent is not None and isinstance(self.parents.get(parent), ast.ClassDef)
+            )
             class_dunder = in_class and name in CLASS_DUNDERS
             if name in ROOTS or name in BUILTIN_NAMES or (_dunder(name) and not class_dunder):
                 raise self.fail(node, f"assigns to {name}")
@@ -179,8 +182,8 @@ class _CodeChecker:
 
     def check_call(self, node: ast.Call) -> None:
         if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
-            ok = len(node.args) == 2 and not node.keywords and isinstance(node.args[1], ast.Constant)
-            name = node.args[1].value if ok else None  # type: ignore[union-attr]
+            literal = node.args[1] if len(node.args) == 2 and not node.keywords else None
+            name = literal.value if isinstance(literal, ast.Constant) else None
             if not isinstance(name, str) or _dunder(name) or f"aten::{name}" in denied_ops():
                 raise self.fail(node, f"{node.func.id} needs a literal, ordinary attribute name")
 
@@ -287,7 +290,6 @@ def check_torchscript_ops(module: torch.jit.ScriptModule, source: str) -> None:
 
 def load_torchscript(path: str | Path) -> torch.nn.Module:
     """A TorchScript module, after its code and pickles (before loading) and its graphs (after) passed."""
-    from clgate.engine.modelfile.weights import EXPORT_HINT, inspect_model_file
 
     path = Path(path)
     if not path.is_file():
