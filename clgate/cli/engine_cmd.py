@@ -40,6 +40,45 @@ def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     raise AssertionError("unreachable")
 
 
+def job_launcher(spec: JobSpec) -> Any:
+    """How the model's child starts, per ``CLGATE_SANDBOX`` (the service's setting): ``bwrap`` confines it
+    in bubblewrap with the service's limits (an error when bubblewrap cannot run here), ``auto``
+    confines it when bubblewrap works, unset or ``none`` runs it as a plain subprocess. In every case
+    the child gets held-out inputs without labels and this process counts (docs/engine.md)."""
+    import os
+
+    from clgate.engine.runner import local_launcher
+
+    choice = os.environ.get("CLGATE_SANDBOX", "").strip().lower()
+    if choice in ("", "none"):
+        return local_launcher
+    if choice not in ("auto", "bwrap"):
+        fail(f"CLGATE_SANDBOX: {choice!r} is not one of auto, bwrap, none")
+    try:
+        from clgate.store.settings import load_settings
+        from clgate.workers import sandbox
+    except ImportError:
+        fail(f"CLGATE_SANDBOX={choice} needs the service extra: pip install 'clgate[service]'")
+    settings = load_settings()
+    status = sandbox.sandbox_status(settings.model_copy(update={"sandbox": choice}))
+    if status.mode == "bwrap":
+        gpu = spec.device != "cpu" and Path("/dev/nvidiactl").exists()
+        return sandbox.SandboxLauncher(settings, "bwrap", None, gpu=gpu)
+    if choice == "bwrap":
+        fail(f"cannot confine the model: {status.detail}")
+    return local_launcher
+
+
+def run_engine_job(spec: JobSpec, out: Path, *, base_dir: Path | None, progress: Any = None) -> list[Path]:
+    """``clgate.engine.run_job`` with the launcher :func:`job_launcher` picks (``run``, ``evaluate``,
+    ``gate --job`` and ``demo`` share it)."""
+    from clgate.engine import run_job
+
+    launcher = job_launcher(spec)
+    gpu = bool(getattr(launcher, "gpu", False))
+    return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu)
+
+
 def _common_overrides(seeds: str | None, device: str | None) -> list[str]:
     out = []
     if seeds is not None:
@@ -124,12 +163,12 @@ class _Display:
 
 
 def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
-    from clgate.engine import EngineInputError, run_job
+    from clgate.engine import EngineInputError
     from clgate.schemas.evaluation_log import EvaluationLog
 
     try:
         with _Display(enabled=not quiet) as display:
-            paths = run_job(spec, out, progress=display, base_dir=base_dir)
+            paths = run_engine_job(spec, out, progress=display, base_dir=base_dir)
     except KeyboardInterrupt as exc:
         written = getattr(exc, "paths", [])
         where = f"; partial log written to {written[-1]}" if written else ""

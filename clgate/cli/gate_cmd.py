@@ -143,7 +143,7 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     from clgate.cli.extras import require_extra
 
     require_extra("engine", "clgate gate --job")
-    from clgate.engine import run_job
+    from clgate.cli.engine_cmd import run_engine_job
     from clgate.schemas.job import JobSpec, JobSpecError
 
     try:
@@ -155,7 +155,7 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     except ValueError as exc:
         _fail(f"{job}: {exc}")
     typer.echo(f"running job {job} …", err=True)
-    return run_job(spec, out / "logs", base_dir=job.parent.resolve())
+    return run_engine_job(spec, out / "logs", base_dir=job.parent.resolve())
 
 
 def gate_command(
@@ -325,7 +325,7 @@ def demo_command(
     No server, CPU only, well under a minute here. ER is expected to PASS and finetune to FAIL: it
     forgets every old class (MICA and min-ACC fall to 0).
     """
-    from clgate.engine import run_job
+    from clgate.cli.engine_cmd import run_engine_job
     from clgate.gate import gate_logs
     from clgate.schemas.job import JobSpec, JobSpecError
 
@@ -347,7 +347,7 @@ def demo_command(
             _fail(str(exc))
         run_dir = out / strategy
         typer.echo(f"==> {strategy}: continual training on digits ({job_file}) …", err=True)
-        paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
+        paths = run_engine_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
         logs = [_load_log(p) for p in paths]
         provenance = {
             **_environment(),

@@ -450,8 +450,15 @@ class _Session:
         }
 
     # ------------------------------------------------------------ the end
+    def rewrite_finished(self) -> None:
+        """Write the finished seeds' logs again, from memory: once the child has ended, whatever it may
+        have written over them (unconfined, it can reach this folder) is replaced."""
+        for run in self.finished:
+            run.save(partial=False)
+
     def save_partial(self) -> list[Path]:
         """Write the running seed's log so far (partial); the paths of every log written."""
+        self.rewrite_finished()
         if self.current is not None and (self.current.points or self.current.divergence):
             try:
                 self.current.save(partial=True)
@@ -539,6 +546,7 @@ def describe_exit(returncode: int | None) -> str:
 def _conclude(session: _Session, proc: subprocess.Popen[bytes], stop_asked: bool) -> list[Path]:
     """What the child's end means: the logs, a cancellation, a divergence, its error, or a broken run."""
     returncode = proc.wait()
+    session.rewrite_finished()
     run = session.current
     if run is not None and run.divergence is not None:
         d = run.divergence
