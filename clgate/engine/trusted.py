@@ -145,6 +145,31 @@ def kill_child(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=10)
 
 
+class HeldoutCounter:
+    """Per-class counts from predictions in staged order, with the labels the child never saw.
+
+    ``labels``: the held-out label of each staged sample; ``rank``: its position in the task-ordered
+    selection (the samples of tasks ``1 … k`` are those with ``rank < ends[k - 1]``).
+
+    >>> labels, rank = np.array([1, 0, 2]), np.array([1, 0, 2])
+    >>> c = HeldoutCounter(labels, rank, ends=[2, 3], totals=[[1, 1, 0], [1, 1, 1]])
+    >>> c.count(np.array([1, 1, 2]), seen_tasks=1)
+    ([0, 1, 0], [1, 1, 0])
+    """
+
+    def __init__(
+        self, labels: np.ndarray, rank: np.ndarray, *, ends: list[int], totals: list[list[int]]
+    ) -> None:
+        self.labels, self.rank, self.ends, self.totals = labels, rank, ends, totals
+        self.n_classes = len(totals[0])
+
+    def count(self, preds: np.ndarray, *, seen_tasks: int) -> tuple[list[int], list[int]]:
+        """``(correct, total)`` per class over the samples of tasks ``1 … seen_tasks``."""
+        hit = (self.rank < self.ends[seen_tasks - 1]) & (preds == self.labels)
+        correct = np.bincount(self.labels[hit], minlength=self.n_classes)
+        return correct.tolist(), list(self.totals[seen_tasks - 1])
+
+
 # ---------------------------------------------------------------------- one seed's log
 class _SeedLog:
     """One seed's evaluation log, built from checked messages and the trusted side's own counts."""
@@ -276,6 +301,8 @@ class _Session:
         self.digest = digest
         self.base_dir = base_dir
         self.reader = FrameReader(prediction_dtype(data.n_classes), expected_n=staging.n)
+        sel = staging.selection
+        self.counter = HeldoutCounter(staging.labels, staging.rank, ends=sel.ends, totals=sel.totals)
         self.hello: dict[str, Any] | None = None
         self.current: _SeedLog | None = None
         self.written: list[Path] = []
@@ -288,11 +315,7 @@ class _Session:
     def count(self, preds: np.ndarray, task: int) -> tuple[list[int], list[int]]:
         """Per-class (correct, total) over the tasks ``1 … task`` (all with future tasks)."""
         k = len(self.tasks) if self.spec.evaluation.future_tasks else task
-        st = self.staging
-        labels = st.labels
-        hit = (st.rank < st.selection.ends[k - 1]) & (preds == labels)
-        correct = np.bincount(labels[hit], minlength=len(self.data.class_names))
-        return correct.tolist(), list(st.selection.totals[k - 1])
+        return self.counter.count(preds, seen_tasks=k)
 
     def checkpoint_file(self, i: int) -> Path:
         """The user's file of checkpoint ``i`` of the plan (its path and hash go into the log)."""
