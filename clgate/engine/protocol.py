@@ -106,7 +106,7 @@ class FrameReader:
         size = n * self.dtype.itemsize
         if len(self._buf) < size:
             return None
-        preds = np.frombuffer(bytes(self._buf[:size]), dtype=self.dtype)
+        preds = np.frombuffer(self._buf, dtype=self.dtype, count=n).copy()
         del self._buf[:size]
         self._header = None
         return header, preds

@@ -19,6 +19,7 @@ and the permutation stay in :class:`Staging` on the trusted side.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import shutil
 from dataclasses import dataclass, field
@@ -43,10 +44,27 @@ class Staging:
     rank: np.ndarray  # each staged sample's position in the task-ordered selection
     selection: HeldoutSelection
     model_files: dict[str, Path] = field(default_factory=dict)  # staged name → the user's file
+    train_files: list[Path] = field(default_factory=list)  # an image folder's training files, in order
 
     @property
     def n(self) -> int:
         return len(self.labels)
+
+    def original_paths(self, message: str) -> str:
+        """``message`` (the child's) with every staged file's path replaced by the user's file."""
+
+        def original(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name.startswith("train/"):
+                position = int(name[len("train/") : len("train/") + 7])
+                return str(self.train_files[position]) if position < len(self.train_files) else name
+            return str(self.model_files.get(name, name))
+
+        return _STAGED_NAME.sub(original, message)
+
+
+# a staged file's path as the child may print it (its folder differs inside bubblewrap)
+_STAGED_NAME = re.compile(r"[^\s'\"]*?((?:models/\d{3}-|train/\d{7})[^\s:'\"]*)")
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -123,7 +141,9 @@ def stage_job(
     (folder / "data.json").write_text(json.dumps(info), encoding="utf-8")
     doc, files = _stage_models(spec, folder, base_dir)
     (folder / "spec.json").write_text(json.dumps(doc), encoding="utf-8")
-    return Staging(folder, np.asarray(data.y_test)[rows].astype(np.int64), perm, selection, files)
+    train_files = list(data.x_train.paths) if isinstance(data.x_train, ImageFiles) else []
+    labels = np.asarray(data.y_test)[rows].astype(np.int64)
+    return Staging(folder, labels, perm, selection, files, train_files)
 
 
 @dataclass

@@ -98,8 +98,9 @@ class HeldoutPredictor:
             with torch.inference_mode(), self.autocast():
                 for start in range(0, len(self.x), self.batch_size):
                     logits = predict(model_input(self.x[start : start + self.batch_size]))
-                    broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=1)
-                    out[start : start + len(logits)] = logits.argmax(dim=1).masked_fill_(broken, -1)
+                    # the row's max is NaN when a logit is NaN and +inf when one is +inf: both broken
+                    best, index = logits.max(dim=1)
+                    out[start : start + len(logits)] = index.masked_fill_(~(best < math.inf), -1)
         finally:
             model.train(was_training)
         return out.cpu().numpy().astype(self.dtype, copy=False)

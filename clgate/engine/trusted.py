@@ -19,7 +19,6 @@ import contextlib
 import hashlib
 import os
 import platform
-import re
 import select
 import shutil
 import signal
@@ -129,9 +128,14 @@ Launcher = Callable[[ChildLaunch], "subprocess.Popen[bytes]"]
 
 
 def local_launcher(launch: ChildLaunch) -> subprocess.Popen[bytes]:
-    """The child as a plain subprocess of this one (no confinement; it dies with this process)."""
+    """The child as a plain subprocess of this one (no confinement; it dies with this process), with
+    this process's import path (packages added to ``sys.path`` at run time included)."""
     argv = [*launch.argv(), "--parent-pid", str(os.getpid())]
-    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and Path(p).is_dir())
+    return subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True
+    )
 
 
 def kill_child(proc: subprocess.Popen[bytes]) -> None:
@@ -533,9 +537,7 @@ def _pump(
 
 def _raise_child_error(session: _Session) -> None:
     error = session.error or {}
-    message = error.get("message", "")
-    for name, original in session.staging.model_files.items():
-        message = re.sub(r"\S*" + re.escape(name), lambda _m, o=str(original): o, message)
+    message = session.staging.original_paths(error.get("message", ""))
     if error.get("kind") == "input":
         cls = getattr(errors, error.get("class", ""), None)
         if not (isinstance(cls, type) and issubclass(cls, EngineInputError)):
