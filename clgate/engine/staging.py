@@ -85,7 +85,7 @@ def _stage_models(
             path = base_dir / path
         name = f"models/{index:03d}-{path.name}"
         if not path.is_file():
-            raise ModelError(f"{path}: no such {'checkpoint' if doc['mode'] == 'evaluate' else 'model'} file")
+            raise ModelError(f"{path}: no such {'checkpoint file' if doc['mode'] == 'evaluate' else 'file'}")
         _copy(path, folder / name)
         files[name] = path
         return name

@@ -486,7 +486,7 @@ class _Session:
     def save_partial(self) -> list[Path]:
         """Write the running seed's log so far (partial); the paths of every log written."""
         self.rewrite_finished()
-        if self.current is not None and (self.current.points or self.current.divergence):
+        if self.current is not None:
             try:
                 self.current.save(partial=True)
             except ProtocolError:  # what came does not make a log: none is kept for this seed
