@@ -202,7 +202,7 @@ def _python_paths() -> list[Path]:
 
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
-        paths.add(Path(module.__file__).resolve().parent)
+        paths.add(Path(str(module.__file__)).resolve().parent)
     for entry in sys.path:  # site-packages and editable-install roots of the running interpreter
         if entry and Path(entry).is_dir() and "site-packages" in entry:
             paths.add(Path(entry).resolve())
@@ -238,7 +238,7 @@ def bwrap_argv(launch: ChildLaunch, settings: Settings, *, gpu: bool) -> list[st
     if "--size" in _bwrap_options(binary):
         argv += ["--size", str(TMP_BYTES)]
     argv += ["--tmpfs", "/tmp"]
-    bound = []
+    bound: list[Path] = []
     for path in _python_paths():
         if any(_inside(path, b) for b in bound) or any(_inside(path, Path("/") / t) for t in ("usr",)):
             continue

@@ -64,27 +64,29 @@ def plan_checkpoints(spec: JobSpec, n_tasks: int) -> list[tuple[str, int, int, b
         raise EngineInputError(
             "checkpoints: give an iteration for every checkpoint (PATH@ITERATION) or for none"
         )
-    tasks = [c.task for c in cks]
-    if any(t is None for t in tasks):
-        if len(cks) != n_tasks or any(t is not None for t in tasks):
+    given = [c.task for c in cks]
+    if any(t is None for t in given):
+        if len(cks) != n_tasks or any(t is not None for t in given):
             raise EngineInputError(
                 "checkpoints: with more checkpoints than tasks, give each one's task (PATH@ITERATION:TASK)"
             )
         tasks = list(range(1, n_tasks + 1))
-    iterations = [c.iteration for c in cks]
+    else:
+        tasks = [int(t) for t in given if t is not None]
+    iterations = [int(c.iteration) for c in cks if c.iteration is not None]
     for i in range(1, len(cks)):
-        if iterations[i] <= iterations[i - 1]:  # type: ignore[operator]
+        if iterations[i] <= iterations[i - 1]:
             raise EngineInputError(
                 f"checkpoints[{i}]: iteration {iterations[i]} is not after {iterations[i - 1]}"
             )
-        if tasks[i] < tasks[i - 1]:  # type: ignore[operator]
+        if tasks[i] < tasks[i - 1]:
             raise EngineInputError(f"checkpoints[{i}]: task {tasks[i]} comes after task {tasks[i - 1]}")
-    missing = sorted(set(range(1, n_tasks + 1)) - set(tasks))  # type: ignore[arg-type]
+    missing = sorted(set(range(1, n_tasks + 1)) - set(tasks))
     if missing:
         raise EngineInputError(
             f"checkpoints: no checkpoint for task(s) {missing} (each task needs its task-end checkpoint)"
         )
-    if max(tasks) > n_tasks:  # type: ignore[type-var]
-        raise EngineInputError(f"checkpoints: task {max(tasks)} does not exist ({n_tasks} tasks)")  # type: ignore[type-var]
+    if max(tasks) > n_tasks:
+        raise EngineInputError(f"checkpoints: task {max(tasks)} does not exist ({n_tasks} tasks)")
     last = {t: i for i, t in enumerate(tasks)}
-    return [(c.path, c.iteration, tasks[i], last[tasks[i]] == i) for i, c in enumerate(cks)]  # type: ignore[misc]
+    return [(c.path, iterations[i], tasks[i], last[tasks[i]] == i) for i, c in enumerate(cks)]

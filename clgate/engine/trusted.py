@@ -197,14 +197,16 @@ class _SeedLog:
 
     def log(self, partial: bool) -> EvaluationLog:
         try:
-            return EvaluationLog(
-                class_names=self.job.data.class_names,
-                tasks=self.job.tasks,
-                points=self.points,
-                resources=self.resources if self.job.spec.mode == "retrain" else None,
-                meta=self.meta,
-                partial=partial or self.divergence is not None,
-                diverged=self.divergence,
+            return EvaluationLog.model_validate(
+                {
+                    "class_names": self.job.data.class_names,
+                    "tasks": self.job.tasks,
+                    "points": self.points,
+                    "resources": self.resources if self.job.spec.mode == "retrain" else None,
+                    "meta": self.meta,
+                    "partial": partial or self.divergence is not None,
+                    "diverged": self.divergence,
+                }
             )
         except ValidationError as exc:
             raise ProtocolError(f"seed {self.seed}: the points sent do not make a valid log: {exc}") from None
