@@ -69,12 +69,14 @@ def job_launcher(spec: JobSpec) -> Any:
     return local_launcher
 
 
-def run_engine_job(spec: JobSpec, out: Path, *, base_dir: Path | None, progress: Any = None) -> list[Path]:
+def run_engine_job(
+    spec: JobSpec, out: Path, *, base_dir: Path | None, progress: Any = None, launcher: Any = None
+) -> list[Path]:
     """``clgate.engine.run_job`` with the launcher :func:`job_launcher` picks (``run``, ``evaluate``,
     ``gate --job`` and ``demo`` share it)."""
     from clgate.engine import run_job
 
-    launcher = job_launcher(spec)
+    launcher = launcher or job_launcher(spec)
     gpu = bool(getattr(launcher, "gpu", False))
     return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu)
 
@@ -166,9 +168,10 @@ def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> No
     from clgate.engine import EngineInputError
     from clgate.schemas.evaluation_log import EvaluationLog
 
+    launcher = job_launcher(spec)  # a bad CLGATE_SANDBOX exits 2 here
     try:
         with _Display(enabled=not quiet) as display:
-            paths = run_engine_job(spec, out, progress=display, base_dir=base_dir)
+            paths = run_engine_job(spec, out, progress=display, base_dir=base_dir, launcher=launcher)
     except KeyboardInterrupt as exc:
         written = getattr(exc, "paths", [])
         where = f"; partial log written to {written[-1]}" if written else ""
