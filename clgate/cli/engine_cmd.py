@@ -78,7 +78,9 @@ def run_engine_job(
 
     launcher = launcher or job_launcher(spec)
     gpu = bool(getattr(launcher, "gpu", False))
-    return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu)
+    # the child's inputs are staged inside the output folder (not in /tmp, often memory) and removed after
+    out.mkdir(parents=True, exist_ok=True)
+    return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu, work_dir=out)
 
 
 def _common_overrides(seeds: str | None, device: str | None) -> list[str]:

@@ -570,9 +570,15 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def _conclude(session: _Session, proc: subprocess.Popen[bytes], stop_asked: bool) -> list[Path]:
+def _conclude(
+    session: _Session, proc: subprocess.Popen[bytes], stop_asked: bool, grace_s: float
+) -> list[Path]:
     """What the child's end means: the logs, a cancellation, a divergence, its error, or a broken run."""
-    returncode = proc.wait()
+    try:
+        returncode = proc.wait(timeout=grace_s)  # its output has ended: it has nothing more to say
+    except subprocess.TimeoutExpired:
+        kill_child(proc)
+        returncode = proc.returncode
     session.rewrite_finished()
     run = session.current
     if run is not None and run.divergence is not None:
@@ -643,7 +649,7 @@ def drive_job(
         proc = launcher(ChildLaunch(staging.folder, child_out, threads, gpu))
         try:
             stop_asked = _pump(proc, session, should_stop, stop_grace_s)
-            written = _conclude(session, proc, stop_asked)
+            written = _conclude(session, proc, stop_asked, stop_grace_s)
             _collect_models(session, child_out)
         except ProtocolError as exc:
             kill_child(proc)
