@@ -185,7 +185,8 @@ def test_the_child_never_receives_held_out_labels(tmp_path, synthetic_spec):
         seen["arrays"] = {f: np.load(launch.stage / f) for f in files if f.endswith(".npy")}
         seen["text"] = (launch.stage / "spec.json").read_text() + (launch.stage / "data.json").read_text()
         proc = local_launcher(launch)
-        seen["stdin"] = proc.stdin
+        proc.stdin = _Recording(proc.stdin)  # type: ignore[assignment]
+        seen["sent"] = proc.stdin
         return proc
 
     run_job(spec, tmp_path / "out", launcher=watching)
@@ -198,6 +199,24 @@ def test_the_child_never_receives_held_out_labels(tmp_path, synthetic_spec):
     assert not any(len(a) == len(heldout) and a.ndim == 1 for a in arrays.values())
     np.testing.assert_array_equal(arrays["train_y.npy"], data.y_train)
     assert "y_test" not in seen["text"] and "x_test" not in seen["text"]
+    assert seen["sent"].data == b""  # nothing else reaches it: no stop was asked  # type: ignore[attr-defined]
+
+
+class _Recording:
+    """The child's standard input, keeping what the trusted side writes to it."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.data = stream, b""
+
+    def write(self, data: bytes) -> int:
+        self.data += data
+        return self.stream.write(data)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def test_the_held_out_order_carries_no_task_and_no_class(tmp_path, synthetic_spec):
