@@ -251,10 +251,13 @@ class _SeedLog:
             raise ProtocolError(f"{where}: task {self.task} is being trained")
         if self.points and iteration <= self.points[-1]["iteration"]:
             raise ProtocolError(f"{where}: not after the previous point")
-        first = not self.points and task == 1 and iteration == 0
-        allowed_zero = first and (spec.evaluation.before_first_update or spec.scenario.first_task_learned)
+        if task_end or iteration < 0:
+            if iteration < 0 or (iteration == 0 and not (task == 1 and spec.scenario.first_task_learned)):
+                raise ProtocolError(f"{where}: a task ends after its updates")
+            return
+        before_first = not self.points and task == 1 and spec.evaluation.before_first_update
         every = spec.evaluation.eval_every
-        if not task_end and not allowed_zero and not (every and iteration % every == 0):
+        if not (iteration == 0 and before_first) and not (every and iteration > 0 and iteration % every == 0):
             raise ProtocolError(f"{where}: points come every {every} updates and at task ends")
 
     def task_done(self, header: dict[str, Any]) -> None:
