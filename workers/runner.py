@@ -335,7 +335,11 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
             ) from None
         log.info("job %s: the engine's child:\n%s", job_id, sandbox.child_log_tail(staged))
         raise
-    except RuntimeError as exc:  # the child's own failure (ChildError): its type and message
+    except Exception as exc:
+        from clgate.engine.runner import ChildError  # the engine (torch) is loaded by now
+
+        if not isinstance(exc, ChildError):  # transient faults and the rest keep their own handling
+            raise
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
         raise SandboxError(str(exc)[:1100]) from None
     return (log_paths, state["stopped"]) if stopped else (log_paths, None)
