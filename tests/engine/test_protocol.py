@@ -5,8 +5,9 @@ A compromised child — the real child with a bad model (it predicts class 0 for
 writes a perfect log where the trusted log will be, claims perfect counts in its messages, and, by
 mode, sends out-of-range predictions, too many predictions or messages after its last seed — changes
 nothing: the log holds the counts its predictions earned, and the gate fails it. Run as a plain
-subprocess and inside bubblewrap. The honest path counts exactly what the in-process evaluator counts
-on the same model.
+subprocess (the command line's default), through the service's launcher unconfined
+(``CLGATE_SANDBOX=none``) and inside bubblewrap. The honest path counts exactly what the in-process
+evaluator counts on the same model.
 """
 
 from __future__ import annotations
@@ -100,13 +101,14 @@ def _plain_launcher(source: str):
     return launch
 
 
-def _bwrap_launcher(tmp_path: Path, source: str, monkeypatch):
+def _sandbox_launcher(tmp_path: Path, source: str, monkeypatch, mode: str):
+    """The service's launcher (bubblewrap, or its unconfined mode ``none``) with the child swapped."""
     from clgate.store.settings import Settings
     from clgate.workers import sandbox
 
     monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", source])
-    settings = Settings(data_dir=tmp_path / "data", sandbox="bwrap")
-    return sandbox.SandboxLauncher(settings, "bwrap", None, gpu=False)
+    settings = Settings(data_dir=tmp_path / "data", sandbox=mode, allow_unconfined=mode == "none")
+    return sandbox.SandboxLauncher(settings, mode, None, gpu=False)
 
 
 def _earned(spec, log: EvaluationLog) -> None:
@@ -116,7 +118,7 @@ def _earned(spec, log: EvaluationLog) -> None:
         assert point.correct[1:] == [0] * (len(point.correct) - 1)
 
 
-@pytest.fixture(params=["plain", "bwrap"])
+@pytest.fixture(params=["plain", "none", "bwrap"])
 def launcher_kind(request):
     if request.param == "bwrap":
         request.getfixturevalue("require_binary")("bwrap", "bubblewrap")
@@ -124,7 +126,9 @@ def launcher_kind(request):
 
 
 def _launcher(kind, tmp_path, source, monkeypatch):
-    return _plain_launcher(source) if kind == "plain" else _bwrap_launcher(tmp_path, source, monkeypatch)
+    return (
+        _plain_launcher(source) if kind == "plain" else _sandbox_launcher(tmp_path, source, monkeypatch, kind)
+    )
 
 
 def test_a_child_that_forges_a_perfect_log_gets_the_counts_it_earned(
