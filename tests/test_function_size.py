@@ -28,9 +28,6 @@ CORE = ("clgate/policy", "clgate/reports", "clgate/metrics", "clgate/fmeca", "cl
 ALLOWED = {
     "clgate/engine/data.py::validate_arrays",
     "clgate/engine/recorder.py::Recorder.__init__",
-    "clgate/engine/runner.py::_SeedRun._run_retrain",
-    "workers/runner.py::_run_engine",
-    "workers/sandbox.py::run_child",
 }
 
 

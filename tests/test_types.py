@@ -25,13 +25,11 @@ LAYERS = ("schemas", "workers", "service", "examples")
 NOT_YET_CLEAN = frozenset(
     {
         "clgate.engine.models",
-        "clgate.engine.runner",
         "clgate.reports.figures",
         "clgate.store.db",
         "clgate.workers.app",
         "clgate.workers.core",
         "clgate.workers.embedded",
-        "clgate.workers.sandbox",
         "clgate.workers.tasks",
     }
 )

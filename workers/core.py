@@ -87,16 +87,18 @@ def run_engine(
     progress: Callable[[Any], None],
     should_stop: Callable[[], bool],
     base_dir: Path,
+    **options: Any,
 ) -> tuple[list[Path], bool]:
-    """``clgate.engine.run_job``: (one evaluation log per seed, whether it was stopped — the last log
-    partial)."""
+    """``clgate.engine.run_job`` (``options``: its launcher, threads, gpu, work_dir, stop_grace_s): (one
+    evaluation log per seed, whether it was stopped — the last log partial)."""
     # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine import JobCancelled, run_job
 
     try:
-        return list(
-            run_job(spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir)
-        ), False
+        paths = run_job(
+            spec, out_dir, progress=progress, should_stop=should_stop, base_dir=base_dir, **options
+        )
+        return list(paths), False
     except JobCancelled as stop:
         return list(stop.paths), True
 

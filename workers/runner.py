@@ -11,7 +11,6 @@ times, both executors alike).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -242,23 +241,6 @@ class SandboxError(RuntimeError):
     """The job's confined child could not run, or ended without a usable result; the message says why."""
 
 
-_SIGNALS = {
-    9: "SIGKILL: killed (out of memory?)",
-    24: "SIGXCPU: CPU time limit exceeded",
-    25: "SIGXFSZ: a file exceeded CLGATE_SANDBOX_MAX_FILE_BYTES",
-    11: "SIGSEGV: crashed",
-}
-
-
-def _exit_reason(returncode: int | None) -> str:
-    if returncode is None:
-        return "did not exit"
-    signum = -returncode if returncode < 0 else (returncode - 128 if returncode > 128 else 0)
-    if signum:
-        return f"was ended by signal {signum} ({_SIGNALS.get(signum, 'see the worker log')})"
-    return f"exited with code {returncode} without a result"
-
-
 def _unpack_image_folder(spec: dict, document: dict, inputs: Path) -> None:
     """An ``image_folder`` uploaded as a tar or zip archive is extracted (safely: no absolute paths, no
     ``..``, no links, bounded count and size) next to its staged copy, on the trusted side."""
@@ -276,20 +258,12 @@ def _unpack_image_folder(spec: dict, document: dict, inputs: Path) -> None:
     data["path"] = str(root.relative_to(inputs))
 
 
-def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str | None], work: Path):
-    """Run the engine on the job's inputs in a confined child process (:mod:`clgate.workers.sandbox`).
-
-    The inputs are copied out of the store (verified against their hashes) into the attempt's folder;
-    the child sees only those copies and its output folder. What it leaves there is validated here.
-    """
+def _stage_inputs(store: Store, spec: dict, filenames: dict[str, str | None], staged: sandbox.Staged):
+    """Copy the job's inputs out of the store (verified against their hashes) into ``staged.inputs``;
+    the validated spec, its paths relative to that folder."""
     problems = check_paths(spec)
     if problems:
         raise InputError(problems)
-    settings = store.settings
-    status = sandbox.sandbox_status(settings)
-    if status.mode is None:
-        raise SandboxError(f"cannot run the model: {status.detail}")
-    staged = sandbox.Staged(work)
 
     def path_of(digest: str) -> str:
         local = f"{digest[:12]}-{Path(filenames.get(digest) or digest).name}"
@@ -299,84 +273,78 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
 
     document = resolve_refs(spec, path_of)
     _unpack_image_folder(spec, document, staged.inputs)
-    job_spec = core.parse_job_spec(document)  # validated here too: the child's copy is not trusted
+    job_spec = core.parse_job_spec(document)
     core.check_data_limits(
         job_spec,
         staged.inputs,
         max_bytes=store.settings.max_npz_bytes,
         max_samples=store.settings.max_samples,
     )
-    (staged.inputs / "spec.json").write_text(json.dumps(document), encoding="utf-8")
+    return job_spec
+
+
+def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str | None], work: Path):
+    """Run the job: this process holds the data and labels, counts and writes the logs; the model runs
+    in a confined child (:mod:`clgate.workers.sandbox`) that gets inputs and returns predictions.
+
+    Returns ``(log paths, None)``, or ``(the logs written so far, "cancel" | "timeout")`` when stopped.
+    """
+    settings = store.settings
+    status = sandbox.sandbox_status(settings)
+    if status.mode is None:
+        raise SandboxError(f"cannot run the model: {status.detail}")
+    staged = sandbox.Staged(work)
+    job_spec = _stage_inputs(store, spec, filenames, staged)
     throttle_p, throttle_s = _Throttle(1.0), _Throttle(0.5)
-    cancelled = {"seen": False}
-
-    def on_progress(raw: dict[str, Any]) -> None:
-        if throttle_p.due():
-            try:
-                progress = core.progress_dict(raw)
-            except (TypeError, ValueError):  # the child's file is not trusted: a malformed one is skipped
-                return
-            records.save_progress(store, job_id, progress)
-
-    def cancel_requested() -> bool:
-        if not cancelled["seen"] and throttle_s.due():
-            cancelled["seen"] = records.cancel_requested(store, job_id)
-        return cancelled["seen"]
-
+    state: dict[str, Any] = {"cancelled": False, "stopped": None}
+    deadline = time.monotonic() + settings.job_soft_time_limit_s
     gpu = job_spec.device != "cpu" and Path("/dev/nvidiactl").exists()
-    result = sandbox.run_child(
-        staged,
-        settings,
-        status.mode,
-        seeds=list(job_spec.seeds),
-        gpu=gpu,
-        on_progress=on_progress,
-        cancel_requested=cancel_requested,
-        deadline=time.monotonic() + settings.job_soft_time_limit_s,
-    )
-    if result.overflow:
-        raise SandboxError(
-            f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
-            "into its output folder and was stopped"
+    launcher = sandbox.SandboxLauncher(settings, status.mode, staged.work, gpu=gpu)
+
+    def on_progress(progress: Any) -> None:
+        if throttle_p.due():
+            records.save_progress(store, job_id, core.progress_dict(progress))
+
+    def should_stop() -> bool:
+        launcher.check()
+        if not state["cancelled"] and throttle_s.due():
+            state["cancelled"] = records.cancel_requested(store, job_id)
+        if state["stopped"] is None:
+            state["stopped"] = (
+                "cancel" if state["cancelled"] else "timeout" if time.monotonic() > deadline else None
+            )
+        return state["stopped"] is not None
+
+    try:
+        log_paths, stopped = core.run_engine(
+            job_spec,
+            staged.logs,
+            progress=on_progress,
+            should_stop=should_stop,
+            base_dir=staged.inputs,
+            launcher=launcher,
+            threads=settings.sandbox_cpu_threads,
+            gpu=gpu,
+            work_dir=staged.work,
+            stop_grace_s=settings.sandbox_kill_grace_s,
         )
-    if result.stopped:
-        return _valid_logs(result.log_paths), result.stopped
-    report = result.report or {}
-    if report.get("kind") == "input":
-        raw = report.get("problems")
-        problems = (
-            [str(p)[:1000] for p in raw[:20]] if isinstance(raw, list) else ["the model or data was refused"]
-        )
-        raise InputError(problems)
-    if report.get("kind") == "error":
+    except InputError:
+        if launcher.overflow:
+            raise SandboxError(
+                f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
+                "into its output folder and was stopped"
+            ) from None
+        log.info("job %s: the engine's child:\n%s", job_id, sandbox.child_log_tail(staged))
+        raise
+    except Exception as exc:
+        # lazy: torch — clgate.engine needs the engine extra (it is loaded by now, on this path)
+        from clgate.engine.runner import ChildError
+
+        if not isinstance(exc, ChildError):  # transient faults and the rest keep their own handling
+            raise
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
-        raise SandboxError(f"{str(report.get('type'))[:100]}: {str(report.get('message'))[:1000]}")
-    if result.returncode != 0 or "stopped" not in report:
-        log.warning(
-            "job %s: the engine's process %s:\n%s",
-            job_id,
-            _exit_reason(result.returncode),
-            sandbox.child_log_tail(staged),
-        )
-        raise SandboxError(f"the job's engine process {_exit_reason(result.returncode)}")
-    if len(result.log_paths) != len(job_spec.seeds):
-        raise SandboxError(
-            f"the engine wrote {len(result.log_paths)} of {len(job_spec.seeds)} evaluation logs"
-        )
-    return result.log_paths, None
-
-
-def _valid_logs(paths: list[Path]) -> list[Path]:
-    """The logs of a stopped (maybe killed) child that pass validation; a half-written one is dropped."""
-    valid = []
-    for path in paths:
-        try:
-            core.load_log(path)
-        except InputError:
-            log.info("dropping the unusable partial log %s", path.name)
-            continue
-        valid.append(path)
-    return valid
+        raise SandboxError(str(exc)[:1100]) from None
+    return (log_paths, state["stopped"]) if stopped else (log_paths, None)
 
 
 #: Held by the worker heartbeat while it writes, and taken before this process forks (Celery's prefork

@@ -1,28 +1,32 @@
-"""Confined execution: each job attempt's engine runs in a child process that sees only that job.
+"""Confined execution: the process that runs a job's submitted model sees only what that job gives it.
 
-The trusted side (this module, called by :func:`clgate.workers.runner._run_engine`) copies the job's
-inputs into ``<attempt>/inputs`` (verified against their hashes), writes the spec beside them, and starts
-``python -m clgate.workers.sandbox_child`` (:mod:`clgate.workers.sandbox_child`):
+A job is split across a trust boundary (:mod:`clgate.engine.trusted`): the worker process — the trusted
+side, called by :func:`clgate.workers.runner._run_engine` — copies the job's inputs out of the store
+into ``<attempt>/inputs`` (verified against their hashes), loads the data, keeps the held-out labels,
+and stages for the child only the training samples and the held-out *inputs*. The child,
+``python -m clgate.engine.child`` (:mod:`clgate.engine.child`), started here by :class:`SandboxLauncher`,
+loads the model, trains it and returns predictions over a pipe; the worker counts them and writes the
+logs into ``<attempt>/logs``, where the child cannot reach:
 
 - ``bwrap`` (bubblewrap, ``CLGATE_SANDBOX=bwrap`` or ``auto`` when it works): new user, PID, network,
   IPC, UTS and cgroup namespaces (``--unshare-all``: no network at all), no capabilities, no new user
   namespaces, ``--die-with-parent``, ``--new-session``, a cleared environment, a fresh ``/tmp``; the
   filesystem holds only the system libraries, the Python installation and clgate's packages (read-only),
-  the inputs at ``/job/inputs`` (read-only), the control folder at ``/job/control`` (read-only) and the
-  output folder at ``/job/out`` (the only writable place). The data folder — database, artifact store,
-  key files — is not there; it is hidden under an empty tmpfs if it lies inside a bound folder.
+  the staged inputs at ``/job/inputs`` (read-only) and its output folder at ``/job/out`` (the only
+  writable place, for the final model). The data folder — database, artifact store, key files — is not
+  there; it is hidden under an empty tmpfs if it lies inside a bound folder.
 - ``none`` (only with ``CLGATE_ALLOW_UNCONFINED=true``): the same child and limits without the
   namespaces; the service warns at start and ``/readyz`` reports ``sandbox: unconfined``.
 
 Limits in both: address space (``CLGATE_SANDBOX_MEMORY_BYTES``), file size
-(``CLGATE_SANDBOX_MAX_FILE_BYTES``),
-CPU threads (``CLGATE_SANDBOX_CPU_THREADS``), CPU time (the hard time limit × threads), open files, no core
-dumps, and wall time: at the soft time limit or on cancel the child is asked to stop (``control/stop``)
-and is killed ``CLGATE_SANDBOX_KILL_GRACE_S`` later (SIGTERM, then SIGKILL).
+(``CLGATE_SANDBOX_MAX_FILE_BYTES``), CPU threads (``CLGATE_SANDBOX_CPU_THREADS``), CPU time (the hard
+time limit × threads), open files, no core dumps, the output folder's total size, and wall time: at the
+soft time limit or on cancel the child is asked to stop (a ``stop`` message on its standard input) and
+is killed ``CLGATE_SANDBOX_KILL_GRACE_S`` later.
 
-Nothing the child writes is trusted: files are opened without following links, sizes are bounded, logs
-are validated against their schema by the caller, and the error it reports is shortened and stripped of
-paths. Metrics, decision and reports are computed by the trusted side.
+Nothing the child sends is trusted: every message is checked by the engine's trusted side, counts are
+made from the labels the child never saw, and the error it reports is shortened and stripped of paths.
+Metrics, decision and reports are computed by the trusted side.
 """
 
 from __future__ import annotations
@@ -39,24 +43,23 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import clgate
 import clgate.schemas
 import clgate.workers
 from clgate.store.settings import Settings
 
+if TYPE_CHECKING:  # the engine (torch) is imported by the job runner, not by the API process
+    from clgate.engine.runner import ChildLaunch
+
 log = logging.getLogger("clgate.sandbox")
 
 Mode = Literal["bwrap", "none"]
 SANDBOX_ROOT = Path("/job")
-CONTROL_FILES_MAX_BYTES = 64 * 1024
-POLL_S = 0.2
 TMP_BYTES = 64 * 1024 * 1024  # the child's /tmp (a tmpfs, where bwrap can size it)
-TERM_TO_KILL_S = 2.0
 # What the child's environment may hold (everything else is cleared: no keys, URLs or credentials).
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "TZ")
 
@@ -166,34 +169,24 @@ def warn_if_unconfined(settings: Settings) -> SandboxStatus:
 # ---------------------------------------------------------------------- staging
 @dataclass
 class Staged:
-    """A job attempt's folders: ``inputs`` (copies + spec.json), ``control`` (stop flag), ``out``."""
+    """A job attempt's folders: ``inputs`` (the job's files, copied out of the store: the trusted side
+    reads them) and ``logs`` (the evaluation logs the trusted side writes). The child's own folders —
+    what it may read, where it may write — are made by the engine under ``work``."""
 
     work: Path
     inputs: Path = field(init=False)
-    control: Path = field(init=False)
-    out: Path = field(init=False)
+    logs: Path = field(init=False)
 
     def __post_init__(self) -> None:
         self.work = self.work.resolve()  # bwrap binds need absolute paths
-        self.inputs, self.control, self.out = self.work / "inputs", self.work / "control", self.work / "out"
-        for folder in (self.inputs, self.control, self.out):
+        self.inputs, self.logs = self.work / "inputs", self.work / "logs"
+        for folder in (self.inputs, self.logs):
             folder.mkdir(parents=True, exist_ok=True)
 
 
 # ---------------------------------------------------------------------- the child
-@dataclass(frozen=True)
-class ChildResult:
-    """How the child ended: ``stopped`` ("cancel", "timeout" or None), its exit code, what it reported."""
-
-    stopped: Literal["cancel", "timeout"] | None
-    returncode: int | None
-    killed: bool
-    report: dict[str, Any] | None  # result.json or error.json, parsed and bounded
-    log_paths: list[Path]
-    overflow: bool = False  # killed for writing more than OUTPUT_FILES_FACTOR × the file-size limit in all
-
-
-# The output folder may hold this many times CLGATE_SANDBOX_MAX_FILE_BYTES in all (checked every few seconds).
+# The child's output folder may hold this many times CLGATE_SANDBOX_MAX_FILE_BYTES in all (checked every
+# few seconds); a child that writes more is killed.
 OUTPUT_FILES_FACTOR = 4
 SIZE_CHECK_EVERY_S = 2.0
 
@@ -216,7 +209,7 @@ def _python_paths() -> list[Path]:
     """Folders the child needs read-only to run Python and import clgate and its dependencies."""
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
-        paths.add(Path(module.__file__).resolve().parent)
+        paths.add(Path(str(module.__file__)).resolve().parent)
     for entry in sys.path:  # site-packages and editable-install roots of the running interpreter
         if entry and Path(entry).is_dir() and "site-packages" in entry:
             paths.add(Path(entry).resolve())
@@ -234,7 +227,7 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
+def bwrap_argv(launch: ChildLaunch, settings: Settings, *, gpu: bool) -> list[str]:
     """The bubblewrap command line that confines one job attempt (see the module docstring)."""
     binary = shutil.which("bwrap") or "bwrap"
     argv = _bwrap_base(binary)
@@ -252,7 +245,7 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
     if "--size" in _bwrap_options(binary):
         argv += ["--size", str(TMP_BYTES)]
     argv += ["--tmpfs", "/tmp"]
-    bound = []
+    bound: list[Path] = []
     for path in _python_paths():
         if any(_inside(path, b) for b in bound) or any(_inside(path, Path("/") / t) for t in ("usr",)):
             continue
@@ -269,13 +262,10 @@ def bwrap_argv(staged: Staged, settings: Settings, *, gpu: bool) -> list[str]:
                 argv += ["--dev-bind", str(device), str(device)]
     argv += [
         "--ro-bind",
-        str(staged.inputs),
+        str(launch.stage.resolve()),
         str(SANDBOX_ROOT / "inputs"),
-        "--ro-bind",
-        str(staged.control),
-        str(SANDBOX_ROOT / "control"),
         "--bind",
-        str(staged.out),
+        str(launch.out.resolve()),
         str(SANDBOX_ROOT / "out"),
         "--chdir",
         str(SANDBOX_ROOT / "out"),
@@ -323,41 +313,35 @@ def _limits(settings: Settings, *, gpu: bool) -> dict[str, int]:
 
 
 # Tests swap this for a command that wraps the same child (for example to disable a check in it).
-CHILD_COMMAND: list[str] = ["-m", "clgate.workers.sandbox_child"]
+CHILD_COMMAND: list[str] = ["-m", "clgate.engine.child"]
 
 
 def child_argv(
-    staged: Staged, settings: Settings, mode: Mode, *, gpu: bool
+    launch: ChildLaunch, settings: Settings, mode: Mode, *, gpu: bool
 ) -> tuple[list[str], dict[str, str]]:
     """The full command (bwrap + python + child, or python + child) and its environment."""
     if mode == "bwrap":
-        root = SANDBOX_ROOT
-        prefix = bwrap_argv(staged, settings, gpu=gpu)
-        env = child_env(settings, home="/tmp")
-        for key, value in env.items():
+        prefix = bwrap_argv(launch, settings, gpu=gpu)
+        for key, value in child_env(settings, home="/tmp").items():
             prefix += ["--setenv", key, value]
-        inputs, control, out = root / "inputs", root / "control", root / "out"
+        stage, out = SANDBOX_ROOT / "inputs", SANDBOX_ROOT / "out"
         env_for_popen: dict[str, str] = {}
     else:
         prefix = []
-        home = staged.work / "home"
+        home = launch.out.parent / "home"
         home.mkdir(exist_ok=True)
         env_for_popen = child_env(settings, home=str(home))
-        inputs, control, out = staged.inputs, staged.control, staged.out
+        stage, out = launch.stage, launch.out
     argv = [
         *prefix,
         sys.executable,
         *CHILD_COMMAND,
-        str(inputs / "spec.json"),
+        str(stage),
         str(out),
-        "--inputs",
-        str(inputs),
-        "--control",
-        str(control),
+        "--threads",
+        str(launch.threads),
         "--limits",
         json.dumps(_limits(settings, gpu=gpu)),
-        "--threads",
-        str(settings.sandbox_cpu_threads),
     ]
     if mode == "none":
         argv += ["--parent-pid", str(os.getpid())]
@@ -379,126 +363,54 @@ def read_bounded(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def read_json(path: Path, limit: int = CONTROL_FILES_MAX_BYTES) -> dict[str, Any] | None:
-    raw = read_bounded(path, limit)
-    if raw is None:
-        return None
-    try:
-        document = json.loads(raw)
-    except ValueError:
-        return None
-    return document if isinstance(document, dict) else None
-
-
-def collect_logs(out: Path, seeds: list[int], max_bytes: int) -> list[Path]:
-    """The child's logs, one per seed in order, that are regular files (no links) within the size bound.
-
-    Only ``logs/log-seed<N>.json`` for the spec's seeds are taken; the caller validates their content.
-    """
-    folder = out / "logs"
-    if folder.is_symlink() or not folder.is_dir():
-        return []
-    found = []
-    for seed in seeds:
-        path = folder / f"log-seed{seed}.json"
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISREG(info.st_mode) and 0 < info.st_size <= max_bytes:
-            found.append(path)
-    return found
-
-
 def _kill(proc: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # bwrap and, with --die-with-parent, everything inside it
 
 
-def run_child(
-    staged: Staged,
-    settings: Settings,
-    mode: Mode,
-    *,
-    seeds: list[int],
-    gpu: bool,
-    on_progress: Callable[[dict[str, Any]], None],
-    cancel_requested: Callable[[], bool],
-    deadline: float,
-) -> ChildResult:
-    """Run the child to its end; ask it to stop on cancel or at ``deadline`` (monotonic), kill it after
-    the grace period. Progress it reports goes to ``on_progress`` (a parsed dict, not yet sanitised)."""
-    argv, env = child_argv(staged, settings, mode, gpu=gpu)
-    stderr_path = staged.work / "child.log"
-    stopped: Literal["cancel", "timeout"] | None = None
-    stop_at = 0.0
-    killed = overflow = False
-    last_progress: bytes | None = None
-    next_size_check = time.monotonic() + SIZE_CHECK_EVERY_S
-    max_output = OUTPUT_FILES_FACTOR * settings.sandbox_max_file_bytes
-    with open(stderr_path, "wb") as child_log:
-        proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=child_log,
-            stderr=child_log,
-            cwd=staged.out,
-            start_new_session=True,
-        )
-        try:
-            while proc.poll() is None:
-                now = time.monotonic()
-                if stopped is None:
-                    if now > deadline:
-                        stopped = "timeout"
-                    elif cancel_requested():
-                        stopped = "cancel"
-                    if stopped is not None:
-                        (staged.control / "stop").touch()
-                        stop_at = now
-                        log.info("job child %s: asked to stop (%s)", proc.pid, stopped)
-                if now >= next_size_check:
-                    next_size_check = now + SIZE_CHECK_EVERY_S
-                    overflow = tree_size(staged.out) > max_output
-                if overflow or (stopped is not None and now - stop_at > settings.sandbox_kill_grace_s):
-                    log.warning(
-                        "job child %s killed: %s",
-                        proc.pid,
-                        f"wrote more than {max_output} bytes"
-                        if overflow
-                        else f"did not stop within {settings.sandbox_kill_grace_s:.0f} s",
-                    )
-                    killed = True
-                    _kill(proc, signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=TERM_TO_KILL_S)
-                    except subprocess.TimeoutExpired:
-                        _kill(proc, signal.SIGKILL)
-                        proc.wait()
-                    break
-                raw = read_bounded(staged.out / "progress.json", CONTROL_FILES_MAX_BYTES)
-                if raw and raw != last_progress:
-                    last_progress = raw
-                    try:
-                        document = json.loads(raw)
-                    except ValueError:
-                        document = None
-                    if isinstance(document, dict):
-                        on_progress(document)
-                time.sleep(POLL_S)
-        finally:
-            if (
-                proc.poll() is None
-            ):  # the caller is being stopped (time limit, shutdown): take the child along
-                _kill(proc, signal.SIGKILL)
-                proc.wait()
-            _kill(proc, signal.SIGKILL)  # anything it left in its process group
-    report = (
-        None if killed else (read_json(staged.out / "error.json") or read_json(staged.out / "result.json"))
-    )
-    logs = collect_logs(staged.out, seeds, settings.sandbox_max_file_bytes)
-    return ChildResult(stopped, proc.returncode, killed, report, logs, overflow)
+class SandboxLauncher:
+    """Starts the engine's child (:mod:`clgate.engine.child`) confined as ``mode`` says, for
+    :func:`clgate.engine.run_job`; its prints go to ``<work>/child.log``.
+
+    :meth:`check` (called while the job runs) kills the child when its output folder grows past
+    ``OUTPUT_FILES_FACTOR`` × ``CLGATE_SANDBOX_MAX_FILE_BYTES``; ``overflow`` then says so. Without
+    ``work`` (the command line) the child's prints go to this process's standard error.
+    """
+
+    def __init__(self, settings: Settings, mode: Mode, work: Path | None, *, gpu: bool) -> None:
+        self.settings, self.mode, self.work, self.gpu = settings, mode, work, gpu
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.out: Path | None = None
+        self.overflow = False
+        self._next_check = 0.0
+
+    def __call__(self, launch: ChildLaunch) -> subprocess.Popen[bytes]:
+        argv, env = child_argv(launch, self.settings, self.mode, gpu=self.gpu)
+        self.out = launch.out
+        log_path = self.work / "child.log" if self.work is not None else None
+        with open(log_path, "ab") if log_path else contextlib.nullcontext(None) as child_log:
+            self.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=child_log,
+                cwd=launch.out,
+                start_new_session=True,
+            )
+        return self.proc
+
+    def check(self) -> None:
+        """Kill the child if it wrote too much (checked every ``SIZE_CHECK_EVERY_S``)."""
+        now = time.monotonic()
+        if self.proc is None or self.out is None or now < self._next_check or self.overflow:
+            return
+        self._next_check = now + SIZE_CHECK_EVERY_S
+        limit = OUTPUT_FILES_FACTOR * self.settings.sandbox_max_file_bytes
+        if tree_size(self.out) > limit:
+            self.overflow = True
+            log.warning("job child %s killed: wrote more than %d bytes", self.proc.pid, limit)
+            _kill(self.proc, signal.SIGKILL)
 
 
 def child_log_tail(staged: Staged, limit: int = 2000) -> str:

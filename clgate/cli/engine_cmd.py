@@ -42,6 +42,52 @@ def _load_spec(spec_path: Path | None, overrides: list[str]) -> JobSpec:
     raise AssertionError("unreachable")
 
 
+def job_launcher(spec: JobSpec) -> Any:
+    """How the model's child starts, per ``CLGATE_SANDBOX`` (the service's setting): ``bwrap`` confines it
+    in bubblewrap with the service's limits (an error when bubblewrap cannot run here), ``auto``
+    confines it when bubblewrap works, unset or ``none`` runs it as a plain subprocess. In every case
+    the child gets held-out inputs without labels and this process counts (docs/engine.md)."""
+    import os
+
+    # lazy: torch — CLI: `clgate --help` loads no command's dependencies
+    from clgate.engine.runner import local_launcher
+
+    choice = os.environ.get("CLGATE_SANDBOX", "").strip().lower()
+    if choice in ("", "none"):
+        return local_launcher
+    if choice not in ("auto", "bwrap"):
+        fail(f"CLGATE_SANDBOX: {choice!r} is not one of auto, bwrap, none")
+    try:
+        # lazy: SQLAlchemy/Celery — the service extra is optional for `clgate run`
+        from clgate.store.settings import load_settings
+        from clgate.workers import sandbox
+    except ImportError:
+        fail(f"CLGATE_SANDBOX={choice} needs the service extra: pip install 'clgate[service]'")
+    settings = load_settings()
+    status = sandbox.sandbox_status(settings.model_copy(update={"sandbox": choice}))
+    if status.mode == "bwrap":
+        gpu = spec.device != "cpu" and Path("/dev/nvidiactl").exists()
+        return sandbox.SandboxLauncher(settings, "bwrap", None, gpu=gpu)
+    if choice == "bwrap":
+        fail(f"cannot confine the model: {status.detail}")
+    return local_launcher
+
+
+def run_engine_job(
+    spec: JobSpec, out: Path, *, base_dir: Path | None, progress: Any = None, launcher: Any = None
+) -> list[Path]:
+    """``clgate.engine.run_job`` with the launcher :func:`job_launcher` picks (``run``, ``evaluate``,
+    ``gate --job`` and ``demo`` share it)."""
+    # lazy: torch — CLI: `clgate --help` loads no command's dependencies
+    from clgate.engine import run_job
+
+    launcher = launcher or job_launcher(spec)
+    gpu = bool(getattr(launcher, "gpu", False))
+    # the child's inputs are staged inside the output folder (not in /tmp, often memory) and removed after
+    out.mkdir(parents=True, exist_ok=True)
+    return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu, work_dir=out)
+
+
 def _common_overrides(seeds: str | None, device: str | None) -> list[str]:
     out = []
     if seeds is not None:
@@ -128,11 +174,12 @@ class _Display:
 def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
     # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.documents import load_log
-    from clgate.engine import EngineInputError, run_job
+    from clgate.engine import EngineInputError
 
+    launcher = job_launcher(spec)  # a bad CLGATE_SANDBOX exits 2 here
     try:
         with _Display(enabled=not quiet) as display:
-            paths = run_job(spec, out, progress=display, base_dir=base_dir)
+            paths = run_engine_job(spec, out, progress=display, base_dir=base_dir, launcher=launcher)
     except KeyboardInterrupt as exc:
         written = getattr(exc, "paths", [])
         where = f"; partial log written to {written[-1]}" if written else ""

@@ -181,8 +181,8 @@ def _environment() -> dict[str, Any]:
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     require_extra("engine", "clgate gate --job")
     # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.cli.engine_cmd import run_engine_job
     from clgate.documents import load_job, parse_overrides
-    from clgate.engine import run_job
     from clgate.schemas.job import JobSpecError
 
     try:
@@ -194,7 +194,7 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     except ValueError as exc:
         _fail(f"{job}: {exc}")
     typer.echo(f"running job {job} …", err=True)
-    return run_job(spec, out / "logs", base_dir=job.parent.resolve())
+    return run_engine_job(spec, out / "logs", base_dir=job.parent.resolve())
 
 
 def gate_command(
@@ -453,8 +453,8 @@ def demo_command(
     forgets every old class (MICA and min-ACC fall to 0).
     """
     # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.cli.engine_cmd import run_engine_job
     from clgate.documents import load_job
-    from clgate.engine import run_job
     from clgate.gate import gate_logs
     from clgate.schemas.job import JobSpecError
 
@@ -476,7 +476,7 @@ def demo_command(
             _fail(str(exc))
         run_dir = out / strategy
         typer.echo(f"==> {strategy}: continual training on digits ({job_file}) …", err=True)
-        paths = run_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
+        paths = run_engine_job(spec, run_dir / "logs", base_dir=job_file.parent.resolve())
         logs = [_load_log(p) for p in paths]
         provenance = {
             **_environment(),

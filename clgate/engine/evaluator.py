@@ -23,6 +23,7 @@ import hashlib
 import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,56 @@ def stratified_subsample(
     take = np.minimum(take, counts)
     picked = [rng.choice(pool, size=int(n), replace=False) for pool, n in zip(pools, take, strict=True)]
     return np.sort(np.concatenate(picked))
+
+
+@dataclass(frozen=True)
+class HeldoutSelection:
+    """Which held-out samples are evaluated: ``indices`` into the test set, ordered by task (the samples
+    of tasks ``0 … k`` are the first ``ends[k]``), the per-class ``totals`` over tasks ``0 … k``, and the
+    ``sha256`` of the indices (provenance)."""
+
+    indices: np.ndarray
+    ends: list[int]
+    totals: list[list[int]]
+    sha256: str
+
+
+def select_heldout(
+    y_test: np.ndarray,
+    *,
+    tasks: list[list[int]],
+    n_classes: int,
+    subsample_per_task: int | None = None,
+    seed: int | str = 0,
+) -> HeldoutSelection:
+    """The evaluation samples of every task (or a fixed, ``seed``-drawn stratified subsample of each).
+
+    The selection depends on the data (callers pass the data digest as ``seed``), never on the training
+    seed: every seed of a job, and a candidate and its baseline on the same data, see the same samples.
+
+    >>> s = select_heldout(np.array([0, 1, 2, 3, 0, 1]), tasks=[[0, 1], [2, 3]], n_classes=4)
+    >>> s.indices.tolist(), s.ends, s.totals
+    ([0, 1, 4, 5, 2, 3], [4, 6], [[2, 2, 0, 0], [2, 2, 1, 1]])
+    """
+    if isinstance(seed, str):
+        seed = int(hashlib.sha256(seed.encode()).hexdigest()[:16], 16)
+    rng = np.random.default_rng(seed)
+    parts: list[np.ndarray] = []
+    ends: list[int] = []
+    totals: list[list[int]] = []
+    running = np.zeros(n_classes, dtype=np.int64)
+    count = 0
+    for k, classes in enumerate(tasks):
+        idx = np.flatnonzero(np.isin(y_test, classes))
+        if subsample_per_task is not None:
+            idx = stratified_subsample(y_test, classes, subsample_per_task, rng, task=k + 1)
+        parts.append(idx)
+        count += len(idx)
+        running += np.bincount(y_test[idx], minlength=n_classes)
+        ends.append(count)
+        totals.append(running.tolist())
+    selected = np.concatenate(parts).astype(np.int64)
+    return HeldoutSelection(selected, ends, totals, hashlib.sha256(selected.tobytes()).hexdigest())
 
 
 #: input values per evaluation batch: small on the CPU (cache-sized batches are fastest per sample),
@@ -112,28 +163,17 @@ class ContinualEvaluator:
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
-        y_np = y_test.cpu().numpy()
-        # the selection depends on the data (the caller passes the data digest), never on the training
-        # seed: every seed of a job, and a candidate and its baseline on the same data, see the same samples
-        if isinstance(seed, str):
-            seed = int(hashlib.sha256(seed.encode()).hexdigest()[:16], 16)
-        rng = np.random.default_rng(seed)
-        parts: list[np.ndarray] = []
-        self.ends: list[int] = []  # number of resident samples covering tasks 0 … k
-        self.totals: list[list[int]] = []  # per-class totals over tasks 0 … k
-        running = np.zeros(n_classes, dtype=np.int64)
-        count = 0
-        for k, classes in enumerate(tasks):
-            idx = np.flatnonzero(np.isin(y_np, classes))
-            if subsample_per_task is not None:
-                idx = stratified_subsample(y_np, classes, subsample_per_task, rng, task=k + 1)
-            parts.append(idx)
-            count += len(idx)
-            running += np.bincount(y_np[idx], minlength=n_classes)
-            self.ends.append(count)
-            self.totals.append(running.tolist())
-        selected = np.concatenate(parts).astype(np.int64)
-        self.selection_sha256 = hashlib.sha256(selected.tobytes()).hexdigest()
+        selection = select_heldout(
+            y_test.cpu().numpy(),
+            tasks=tasks,
+            n_classes=n_classes,
+            subsample_per_task=subsample_per_task,
+            seed=seed,
+        )
+        self.ends = selection.ends  # number of resident samples covering tasks 0 … k
+        self.totals = selection.totals  # per-class totals over tasks 0 … k
+        self.selection_sha256 = selection.sha256
+        selected = selection.indices
         order = torch.from_numpy(selected)
         if isinstance(x_test, ImageFiles):  # decoded once, by worker processes; kept in stored dtype
             self.x = torch.from_numpy(x_test.read(selected)).to(device)

@@ -51,8 +51,8 @@ from clgate.documents import dump_log
 from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.resources import SampleCost, count_params, measure_costs
-from clgate.engine.runner import resolve_device
 from clgate.engine.scenario import _check_cover
+from clgate.engine.schedule import resolve_device
 from clgate.schemas.evaluation_log import EvalPoint, EvaluationLog, TaskResources
 
 Logits = Callable[[nn.Module, torch.Tensor], torch.Tensor]

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clgate.cli import app
-from clgate.documents import load_log
+from clgate.documents import load_job, load_log
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "jobs"
 
@@ -168,3 +168,36 @@ def test_ctrl_c_leaves_a_valid_partial_log(tmp_path):
     assert "partial log written to" in stderr and "Traceback" not in stderr
     log = load_log(out / "log-seed0.json")
     assert log.partial and log.finished_tasks >= 1 and log.points[-1].task >= 2
+
+
+def test_clgate_sandbox_picks_how_the_model_runs_and_not_what_is_counted(
+    tmp_path, cli, monkeypatch, require_binary
+):
+    """CLGATE_SANDBOX=bwrap confines the model's child in bubblewrap (the service's setting); unset, it is a
+    plain subprocess; the trusted side counts the same either way."""
+    require_binary("bwrap", "bubblewrap")
+    from clgate.cli import engine_cmd
+    from clgate.workers.sandbox import SandboxLauncher
+
+    args = [
+        EXAMPLES / "digits-er.yaml",
+        "training.epochs=1",
+        "evaluation.eval_every=20",
+        "--device",
+        "cpu",
+        "-q",
+    ]
+    spec = load_job(EXAMPLES / "digits-er.yaml")
+    monkeypatch.delenv("CLGATE_SANDBOX", raising=False)
+    assert engine_cmd.job_launcher(spec).__name__ == "local_launcher"
+    assert cli("run", *args, "--out", tmp_path / "plain").exit_code == 0
+    monkeypatch.setenv("CLGATE_SANDBOX", "bwrap")
+    monkeypatch.setenv("CLGATE_DATA_DIR", str(tmp_path / "data"))
+    assert isinstance(engine_cmd.job_launcher(spec), SandboxLauncher)
+    assert cli("run", *args, "--out", tmp_path / "confined").exit_code == 0
+    plain = load_log(tmp_path / "plain" / "log-seed0.json")
+    confined = load_log(tmp_path / "confined" / "log-seed0.json")
+    assert confined.points == plain.points and len(plain.points) > 5
+    monkeypatch.setenv("CLGATE_SANDBOX", "sometimes")
+    result = cli("run", *args, "--out", tmp_path / "bad")
+    assert result.exit_code == 2 and "CLGATE_SANDBOX: 'sometimes' is not one of" in result.output

@@ -4,14 +4,18 @@ run reads, and a file that cannot be decoded stops the run with a message naming
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from PIL import Image
 
 from clgate.documents import load_log
-from clgate.engine import run_job
+from clgate.engine import run_job, trusted
 from clgate.engine.data import load_image_folder
 from clgate.engine.errors import DataError
+from clgate.engine.runner import ChildLaunch
 from clgate.engine.samples import ImageFiles, Samples, iterate_batches
 from clgate.schemas.job import JobSpec
 
@@ -87,17 +91,50 @@ def test_folder_trains_like_the_same_images_in_an_array(tmp_path):
     ]
 
 
+# The child, counting the images it decodes (it runs in its own process: the count goes to a file).
+COUNTING_CHILD = """
+import sys
+from pathlib import Path
+import clgate.engine.child as child
+from clgate.engine.samples import ImageFiles
+decoded = []
+original = ImageFiles.decode
+ImageFiles.decode = lambda self, i: decoded.append(i) or original(self, i)
+code = child.main(sys.argv[1:])
+Path(sys.argv[2], "decoded.txt").write_text(str(len(decoded)))
+sys.exit(code)
+"""
+
+
 def test_only_what_the_run_reads_is_decoded(tmp_path, monkeypatch):
-    """A run of few updates on an evaluation subsample decodes its batches and its subsample, not the set."""
+    """A run of few updates on an evaluation subsample decodes its batches and its subsample, not the set:
+    the trusted side decodes the evaluation subsample (staged as arrays), the child its batches."""
     decoded = []
     original = ImageFiles.decode
     monkeypatch.setattr(ImageFiles, "decode", lambda self, i: decoded.append(i) or original(self, i))
-    monkeypatch.setenv("CLGATE_DATA_WORKERS", "0")  # every decode in this process, where it is counted
+    monkeypatch.setenv(
+        "CLGATE_DATA_WORKERS", "0"
+    )  # every decode in the process that asks, where it is counted
     root = _folder(tmp_path / "f", per_class=(30, 10))
     data = {"kind": "image_folder", "path": str(root), "size": [10, 10], "workers": 0}
-    run_job(_spec(data, "finetune", subsample=4, iterations=2), tmp_path / "run")
-    # 2 tasks × 2 updates × 8 + 2 examples (cost counting) + 2 × 4 evaluation samples, of 160 images
-    assert len(decoded) == 2 * 2 * 8 + 2 + 2 * 4
+    in_child: dict[str, int] = {}
+
+    def counting(launch: ChildLaunch) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-c", COUNTING_CHILD, *launch.argv()[3:]]
+        in_child["out"] = launch.out  # type: ignore[assignment]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        return proc
+
+    real_collect = trusted._collect_models
+
+    def collect(session, child_out):  # read the child's count before its folder goes
+        in_child["n"] = int((child_out / "decoded.txt").read_text())
+        real_collect(session, child_out)
+
+    monkeypatch.setattr(trusted, "_collect_models", collect)
+    run_job(_spec(data, "finetune", subsample=4, iterations=2), tmp_path / "run", launcher=counting)
+    assert len(decoded) == 2 * 4  # the evaluation samples of 2 tasks, of 160 images
+    assert in_child["n"] == 2 * 2 * 8 + 2  # 2 tasks × 2 updates × 8 + 2 examples (cost counting)
 
 
 def test_an_undecodable_file_stops_the_run_naming_it(tmp_path):

@@ -202,22 +202,23 @@ def test_resources_per_task(tmp_path, digits_spec):
 
 
 def test_should_stop_leaves_a_valid_partial_log(tmp_path, synthetic_spec):
-    polls = {"n": 0}
+    # should_stop is polled by the trusted side while the child trains; the child checks for the
+    # stop after every update. Stop once the point at iteration 10 has been counted.
+    counted = {"ten": False}
 
-    def stop() -> bool:
-        polls["n"] += 1
-        return polls["n"] >= 12  # polled after every update and at task ends: stops after update 11
+    def progress(p: Progress) -> None:
+        counted["ten"] = counted["ten"] or (p.seed == 0 and p.iteration >= 10)
 
-    spec = synthetic_spec(seeds=[0, 1])
+    spec = synthetic_spec(seeds=[0, 1], **{"training.iterations": 3000})
     with pytest.raises(JobCancelled) as info:
-        run_job(spec, tmp_path, should_stop=stop)
+        run_job(spec, tmp_path, should_stop=lambda: counted["ten"], progress=progress)
     assert info.value.paths == [tmp_path / "log-seed0.json"]
     log = load_log(info.value.paths[0])
-    assert log.partial and log.finished_tasks == 1
-    assert polls["n"] == 12
-    # the points written so far: every 2 updates, task 1 ended at 8, stopped after update 11
-    assert [p.iteration for p in log.points] == [2, 4, 6, 8, 10] and log.points[-1].task == 2
-    assert len(log.resources) == 1
+    assert log.partial and log.finished_tasks == 0
+    # the points written so far: every 2 updates, up to where the child saw the stop (inside task 1)
+    iterations = [p.iteration for p in log.points]
+    assert iterations[:5] == [2, 4, 6, 8, 10] and iterations == list(range(2, 2 * len(iterations) + 1, 2))
+    assert iterations[-1] < 3000 and not log.resources
     assert not (tmp_path / "log-seed1.json").exists()
 
 

@@ -36,7 +36,7 @@ UNCHECKED_CHILD = [
         "import sys; import clgate.engine.modelfile.torchscript as m; "
         "m.check_torchscript_archive = lambda path: None; m.check_torchscript_ops = lambda module, "
         "source: None; "
-        "from clgate.workers.sandbox_child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))"
+        "from clgate.engine.child import main; sys.argv[0] = 'child'; sys.exit(main(sys.argv[1:]))"
     ),
 ]
 
@@ -215,7 +215,7 @@ def test_a_forward_that_never_returns_is_killed_after_cancel(tmp_path, bwrap):
     thread, result = _run_in_thread(settings, job_id)
     for _ in range(600):  # the child has started once its output folder exists
         if (
-            list(settings.jobs_dir.glob(f"{job_id}/attempt-1/out"))
+            list(settings.jobs_dir.glob(f"{job_id}/attempt-1/*/out"))
             and _job_row(ctx, job_id).state == "running"
         ):
             break
@@ -256,8 +256,17 @@ try:
     found["wrote_outside"] = True
 except OSError:
     found["wrote_outside"] = False
-open(os.path.join(out, "error.json"), "w").write(json.dumps({"kind": "error", "type": "Probe", "message": json.dumps(found)}))
-"""  # noqa: E501 - embedded Python source, one statement per line
+open(os.path.join(out, "probe.json"), "w").write(json.dumps(found))
+"""
+
+
+def _launch(tmp_path: Path):
+    from clgate.engine.runner import ChildLaunch
+
+    stage, out = tmp_path / "stage", tmp_path / "out"
+    stage.mkdir()
+    out.mkdir()
+    return ChildLaunch(stage, out, threads=1, gpu=False)
 
 
 def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, monkeypatch):
@@ -269,8 +278,7 @@ def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, mo
     port = listener.getsockname()[1]
     outside = tmp_path / "outside"
     outside.mkdir()
-    staged = sandbox.Staged(tmp_path / "attempt")
-    (staged.inputs / "spec.json").write_text("{}")
+    launch = _launch(tmp_path)
     extra = [
         str(outside),
         str(ctx.settings.artifact_dir.resolve()),
@@ -286,19 +294,11 @@ def test_the_child_sees_no_network_credentials_store_or_data(tmp_path, bwrap, mo
 
     monkeypatch.setattr(sandbox, "child_argv", with_probe_args)
     try:
-        result = sandbox.run_child(
-            staged,
-            settings,
-            "bwrap",
-            seeds=[0],
-            gpu=False,
-            on_progress=lambda d: None,
-            cancel_requested=lambda: False,
-            deadline=time.monotonic() + 60,
-        )
+        proc = sandbox.SandboxLauncher(settings, "bwrap", tmp_path, gpu=False)(launch)
+        proc.communicate(timeout=60)
     finally:
         listener.close()
-    found = json.loads(result.report["message"])
+    found = json.loads((launch.out / "probe.json").read_text())
     assert found["network"] != "connected"
     assert not any(name.startswith("CLGATE") for name in found["env"]), found["env"]
     assert found["data"] is False and found["store"] is False
@@ -318,16 +318,12 @@ time.sleep(600)
 
 def test_a_child_that_floods_its_output_folder_is_killed(tmp_path, bwrap, monkeypatch):
     settings, _ = _store(tmp_path, sandbox="bwrap", sandbox_max_file_bytes=2 << 20)
-    staged = sandbox.Staged(tmp_path / "attempt")
+    launcher = sandbox.SandboxLauncher(settings, "bwrap", tmp_path, gpu=False)
     monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", FLOOD])
-    result = sandbox.run_child(
-        staged,
-        settings,
-        "bwrap",
-        seeds=[0],
-        gpu=False,
-        on_progress=lambda d: None,
-        cancel_requested=lambda: False,
-        deadline=time.monotonic() + 300,
-    )
-    assert result.overflow and result.killed and result.report is None
+    proc = launcher(_launch(tmp_path))
+    for _ in range(600):
+        launcher.check()
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert launcher.overflow and proc.returncode is not None
