@@ -136,11 +136,38 @@ class RegateCreate(BaseModel):
     baseline: Literal["model", "none", "same"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = "same"
 
 
+ProgressStage = Literal["queued", "starting", "running", "done", "stopped"]
+
+
 class JobProgress(BaseModel):
+    """Where a job is, from the moment it is queued: ``queued`` → ``starting`` (claimed, no task yet) →
+    ``running`` (``task`` of ``n_tasks``) → ``done`` (``fraction`` 1.0, ``task`` = ``n_tasks``), or
+    ``stopped`` (failed or cancelled). ``task`` is 1-based: a 5-task run goes from task 1 to task 5."""
+
+    stage: ProgressStage | None = None
     fraction: float | None = None
-    task: int | None = None
+    task: int | None = Field(None, description="1-based task being trained or evaluated.")
+    n_tasks: int | None = None
     iteration: int | None = None
     message: str | None = None
+
+    def for_state(self, state: str) -> JobProgress:
+        """This progress completed from the job's state (a queued job has no progress of its own yet).
+
+        >>> JobProgress().for_state("queued").stage, JobProgress(task=5, n_tasks=5).for_state("succeeded")
+        ('queued', JobProgress(stage='done', fraction=1.0, task=5, n_tasks=5, iteration=None, message=None))
+        """
+        out = self.model_copy()
+        if state == "queued":
+            out.stage, out.fraction = "queued", out.fraction or 0.0
+        elif state == "running" and out.stage is None:
+            out.stage = "running" if out.task is not None else "starting"
+        elif state == "succeeded":
+            out.stage, out.fraction = "done", 1.0
+            out.task = out.n_tasks or out.task
+        elif state in ("failed", "cancelled"):
+            out.stage = "stopped"
+        return out
 
 
 class JobPublic(BaseModel):
@@ -166,6 +193,11 @@ class JobPublic(BaseModel):
     verdict: Verdict | None = None
     waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
     project: str = "default"
+
+    @model_validator(mode="after")
+    def _progress_from_state(self) -> JobPublic:
+        self.progress = self.progress.for_state(self.state)
+        return self
 
 
 class JobsPublic(BaseModel):

@@ -29,6 +29,7 @@ from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
+from clgate.service.yaml_body import YamlBody
 from clgate.store import open_store
 from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
 from clgate.store.models import ApiKey
@@ -108,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth
     )
+    app.add_middleware(YamlBody, max_bytes=settings.max_json_bytes)  # outside RequestGuard: YAML → JSON first
 
     v1 = APIRouter(prefix="/v1")
     for router in (
