@@ -14,6 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clgate.cli.mlflow_opts import (
+    Alias,
+    MlflowExperiment,
+    MlflowUri,
+    ModelUri,
+    mlflow_target,
+    report_to_mlflow,
+)
+
 if TYPE_CHECKING:
     from clgate.gate import GateResult
     from clgate.policy import Policy
@@ -213,6 +222,10 @@ def gate_command(
         str | None,
         typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
     ] = None,
+    mlflow_uri: MlflowUri = None,
+    mlflow_experiment: MlflowExperiment = "clgate",
+    model_uri: ModelUri = None,
+    alias: Alias = None,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
 
@@ -230,6 +243,7 @@ def gate_command(
     if pdf and out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
     assert policy_path is not None
+    mlflow = mlflow_target(mlflow_uri, mlflow_experiment, model_uri, alias)
     try:
         policy = _load_policy(policy_path)
         baseline = _load_log(baseline_path) if baseline_path is not None else None
@@ -271,6 +285,7 @@ def gate_command(
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
+    report_to_mlflow(mlflow, result, out)  # reported on stderr if MLflow fails; the exit code stays
     from clgate.schemas.vocab import exit_code
 
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=fail_on_warn))
