@@ -354,3 +354,62 @@ class WhoAmI(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+WebhookEvent = Literal["decision", "waiver"]
+
+
+class WebhookCreate(BaseModel):
+    """Register a URL that receives the project's decisions (and waivers), signed (see docs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        max_length=2000,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="http(s) URL the events are POSTed to.",
+    )
+    events: list[WebhookEvent] = Field(default_factory=lambda: ["decision", "waiver"], min_length=1)
+    payload_format: Literal["clgate", "slack"] = Field(
+        "clgate", description="clgate: the event JSON; slack: {'text': …} for Slack/Teams incoming webhooks."
+    )
+
+
+class WebhookPublic(BaseModel):
+    id: str
+    project: str
+    url: str
+    events: list[str]
+    payload_format: str
+    created_by: str
+    created_at: UtcDatetime
+    disabled_at: UtcDatetime | None = None
+
+
+class WebhookCreated(WebhookPublic):
+    secret: str = Field(description="The HMAC-SHA256 key of the signatures, shown once.")
+
+
+class WebhooksPublic(BaseModel):
+    data: list[WebhookPublic]
+    count: int
+
+
+class WebhookDeliveryPublic(BaseModel):
+    id: str
+    webhook_id: str
+    event: str
+    subject_id: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: UtcDatetime
+    created_at: UtcDatetime
+    delivered_at: UtcDatetime | None
+    body: str = Field(description="The event JSON as signed and sent (clgate format).")
+
+
+class WebhookDeliveriesPublic(BaseModel):
+    data: list[WebhookDeliveryPublic]
+    count: int

@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from clgate import __version__
+from clgate.integrations.webhooks import start_webhooks
 from clgate.schemas.api import Health
 from clgate.service import errors
 from clgate.service.auth import create_key
@@ -28,7 +29,7 @@ from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
-from clgate.service.routers import admin, artifacts, jobs, policies
+from clgate.service.routers import admin, artifacts, jobs, policies, webhooks
 from clgate.service.yaml_body import YamlBody
 from clgate.store import open_store
 from clgate.store.db import check_writable, pool_status, session_scope, wait_for_schema
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = store.artifacts
         app.state.dispatcher = make_dispatcher(settings, sessions)
         app.state.dispatcher.start()
+        app.state.webhooks = start_webhooks(store, settings)
         # the deployment's series once per deployment: here in embedded mode (one API process),
         # from `clgate exporter` in Celery mode (any number of API replicas; see clgate.service.metrics)
         app.state.registry = api_registry(
@@ -90,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            app.state.webhooks.close()
             app.state.dispatcher.close()
             engine.dispose()
 
@@ -116,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         artifacts.router,
         jobs.router,
         policies.router,
+        webhooks.router,
         admin.baselines,
         admin.audit_router,
         admin.keys,

@@ -48,6 +48,7 @@ from clgate.service.deps import (
 from clgate.service.errors import ApiError
 from clgate.service.limits import MAX_SKIP
 from clgate.service.routers.policies import find as find_policy
+from clgate.store import webhooks
 from clgate.store.artifacts import ArtifactNotFound, ArtifactStore
 from clgate.store.db import audit
 from clgate.store.models import (
@@ -546,6 +547,7 @@ def create_waiver(job_id: str, body: WaiverCreate, session: SessionDep, key: App
         justification=body.justification,
         expires_at=expires.isoformat() if expires else None,
     )
+    webhooks.enqueue(session, job.project, "waiver", job_id, webhooks.waiver_event(job, w))
     session.commit()
     return _waiver_public(w)
 
