@@ -140,6 +140,31 @@ class Decision(BaseModel):
         """0 PASS/WARN, 1 FAIL, 2 ERROR (the CLI adds --fail-on-warn)."""
         return exit_code(self.verdict)
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the verdict, the worst class at its worst moment, the rules, a heatmap."""
+        from clgate.schemas.notebook import decision_html
+
+        return decision_html(self)
+
+    def to_frame(self) -> Any:
+        """The rules as a pandas DataFrame, one row per rule (needs pandas)."""
+        from clgate.schemas.notebook import frame
+
+        columns = (
+            "id",
+            "kind",
+            "metric",
+            "severity",
+            "status",
+            "value",
+            "threshold",
+            "comparison",
+            "message",
+        )
+        return frame([r.model_dump(include=set(columns)) for r in self.rules], columns)
+
+    to_pandas = to_frame
+
 
 def decision_sha256(document: dict[str, Any]) -> str:
     """SHA-256 of a decision document's canonical JSON (sorted keys, no spaces, UTF-8), leaving out the

@@ -37,6 +37,18 @@ class GateResult:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (see :func:`clgate.schemas.vocab.exit_code` for ``fail_on_warn``)."""
         return self.decision.exit_code
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the decision (verdict, worst class at its worst moment, rules), heatmaps."""
+        from clgate.schemas.notebook import decision_html
+
+        return decision_html(self.decision, self.metrics)
+
+    def to_frame(self) -> Any:
+        """The rules as a pandas DataFrame (``.metrics.to_frame()`` for the metrics; needs pandas)."""
+        return self.decision.to_frame()
+
+    to_pandas = to_frame
+
 
 Evaluation = GateResult
 """The former name of :class:`GateResult` (what :func:`evaluate` returns)."""
