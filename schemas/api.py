@@ -19,7 +19,7 @@ pydantic_core._pydantic_core.ValidationError: 1 validation error for JobCreate
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -357,6 +357,7 @@ class Health(BaseModel):
 
 
 WebhookEvent = Literal["decision", "waiver"]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
 
 
 class WebhookCreate(BaseModel):
@@ -369,7 +370,7 @@ class WebhookCreate(BaseModel):
         pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="http(s) URL the events are POSTed to.",
     )
-    events: list[WebhookEvent] = Field(default_factory=lambda: ["decision", "waiver"], min_length=1)
+    events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS), min_length=1)
     payload_format: Literal["clgate", "slack"] = Field(
         "clgate", description="clgate: the event JSON; slack: {'text': …} for Slack/Teams incoming webhooks."
     )

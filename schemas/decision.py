@@ -163,7 +163,9 @@ class Decision(BaseModel):
         )
         return frame([r.model_dump(include=set(columns)) for r in self.rules], columns)
 
-    to_pandas = to_frame
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()
 
 
 def decision_sha256(document: dict[str, Any]) -> str:

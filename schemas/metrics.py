@@ -82,7 +82,9 @@ class MetricsResult(BaseModel):
 
         return frame(metric_records(self), ("metric", "task", "value"))
 
-    to_pandas = to_frame
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()
 
 
 class Aggregate(BaseModel):
@@ -116,4 +118,6 @@ class RunsResult(BaseModel):
 
         return frame(metric_records(self), ("metric", "task", "value"))
 
-    to_pandas = to_frame
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()

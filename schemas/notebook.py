@@ -147,8 +147,10 @@ def metrics_html(metrics: RunsResult | MetricsResult) -> str:
 
 def frame(records: list[dict[str, Any]], columns: Sequence[str]) -> Any:
     """A pandas DataFrame of ``records`` (ImportError naming pandas when it is not installed)."""
+    import importlib
+
     try:
-        import pandas as pd
+        pd = importlib.import_module("pandas")
     except ImportError:
         raise ImportError("to_frame() needs pandas: pip install pandas") from None
     return pd.DataFrame.from_records(records, columns=list(columns))
