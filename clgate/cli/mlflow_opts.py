@@ -19,7 +19,7 @@ MlflowUri = Annotated[
     str | None,
     typer.Option(
         "--mlflow-uri",
-        help="Log the decision to this MLflow tracking server (needs clgate\\[mlflow]).",
+        help="Log the decision to this MLflow tracking server (needs the mlflow extra).",
     ),
 ]
 MlflowExperiment = Annotated[str, typer.Option("--mlflow-experiment", help="MLflow experiment of the run.")]

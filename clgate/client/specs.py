@@ -29,7 +29,10 @@ def prepare_spec(spec: dict[str, Any], base_dir: Path, upload: Callable[[Path, s
     ``base_dir``. A value that is already ``{"artifact": …}`` is kept; a missing file raises
     :class:`JobSpecError` naming the field.
 
-    >>> prepare_spec({"data": {"kind": "npz", "path": "d.npz"}}, Path("/x"), lambda p, k: f"sha256:{k}")
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "d.npz").write_bytes(b"x")
+    >>> prepare_spec({"data": {"kind": "npz", "path": "d.npz"}}, folder, lambda p, k: f"sha256:{k}")
     {'data': {'kind': 'npz', 'path': {'artifact': 'sha256:data'}}}
     """
     out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in spec.items()}
