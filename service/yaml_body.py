@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from clgate.service.limits import _refuse as refuse
 
@@ -82,7 +82,7 @@ class YamlBody:
         json_headers = [*rest, (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         sent = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal sent
             if not sent:
                 sent = True

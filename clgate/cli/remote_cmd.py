@@ -143,17 +143,15 @@ def submit(
         raise _fail("--model-name and --policy are required", 2)
     with _client(url, api_key) as client:
         ref = _policy_ref(client, policy)
-        common = {
-            "model_name": model_name,
-            "policy": ref,
-            "baseline": baseline,
-            "idempotency_key": idempotency_key,
-        }
-        job = (
-            client.submit_spec(spec, **common)
-            if spec is not None
-            else client.submit_logs(list(log), **common)
-        )
+        if spec is not None:
+            job = client.submit_spec(
+                spec, model_name=model_name, policy=ref, baseline=baseline, idempotency_key=idempotency_key
+            )
+        else:
+            logs: list[str | Path] = list(log or [])
+            job = client.submit_logs(
+                logs, model_name=model_name, policy=ref, baseline=baseline, idempotency_key=idempotency_key
+            )
         typer.echo(job.id)
         if wait:
             job = _wait(client, job.id, timeout, quiet)

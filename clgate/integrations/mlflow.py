@@ -106,8 +106,8 @@ def _bounded_http() -> Iterator[None]:
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
+        for k, old in saved.items():
+            if old is None:
                 os.environ.pop(k, None)
 
 

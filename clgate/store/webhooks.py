@@ -8,9 +8,9 @@ import datetime as dt
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.orm import Session
 
 from clgate.store import Store
@@ -111,11 +111,12 @@ def claim_due(store: Store, *, limit: int, lease_s: float) -> list[Due]:
         ).all()
         lease = now + dt.timedelta(seconds=lease_s)
         for d, hook in rows:
-            taken = s.execute(
+            result = s.execute(
                 update(WebhookDelivery)
                 .where(WebhookDelivery.id == d.id, WebhookDelivery.next_attempt_at == d.next_attempt_at)
                 .values(next_attempt_at=lease)
-            ).rowcount
+            )
+            taken = cast("CursorResult[Any]", result).rowcount
             if taken:
                 out.append(
                     Due(
