@@ -371,8 +371,10 @@ class WebhookCreate(BaseModel):
         description="http(s) URL the events are POSTed to.",
     )
     events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS), min_length=1)
-    payload_format: Literal["clgate", "slack"] = Field(
-        "clgate", description="clgate: the event JSON; slack: {'text': …} for Slack/Teams incoming webhooks."
+    payload_format: Literal["clgate", "slack", "mlflow"] = Field(
+        "clgate",
+        description="clgate: the event JSON; slack: {'text': …} for Slack/Teams incoming webhooks; "
+        "mlflow: each decision logged to the MLflow tracking server at url (experiment clgate-<project>).",
     )
 
 

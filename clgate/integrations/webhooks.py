@@ -25,7 +25,7 @@ from clgate.store import webhooks as records
 from clgate.store.settings import Settings
 
 log = logging.getLogger("clgate.webhooks")
-FORMATS = ("clgate", "slack")
+FORMATS = ("clgate", "slack", "mlflow")
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -75,6 +75,44 @@ def backoff_s(attempts: int, base_s: float, max_s: float = 3600.0) -> float:
     return min(max_s, base_s * 2 ** (attempts - 1))
 
 
+def to_mlflow(store: Store, due: records.Due) -> tuple[int | None, str | None]:
+    """The ``mlflow`` format: the decision logged to the tracking server at the webhook's URL, in the
+    experiment ``clgate-<project>`` (metrics, verdict and rule tags, decision.json and metrics.json as
+    artifacts); a waiver is a no-op. (200, None) when logged, (None, why) otherwise."""
+    if due.event != "decision":
+        return 200, None
+    try:
+        run_id = _log_to_mlflow(store, due.url, json.loads(due.body)["job_id"])
+    except Exception as exc:  # MLflow down, a record missing …: an attempt that failed, retried later
+        return None, f"{type(exc).__name__}: {exc}"[:1000]
+    log.info("decision logged to MLflow run %s", run_id)
+    return 200, None
+
+
+def _log_to_mlflow(store: Store, tracking_uri: str, job_id: str) -> str:
+    import tempfile
+    from pathlib import Path
+
+    from clgate.integrations.mlflow import log_decision
+    from clgate.schemas.decision import Decision
+    from clgate.schemas.metrics import RunsResult
+
+    document, metrics_path, project = records.decision_files(store, job_id)
+    decision = Decision.model_validate({k: v for k, v in document.items() if k != "sha256"})
+    metrics = None
+    if metrics_path:  # metrics.json: {"format", "runs": <RunsResult>, "baseline"}
+        stored = json.loads(Path(metrics_path).read_text())
+        metrics = RunsResult.model_validate(stored.get("runs", stored))
+    with tempfile.TemporaryDirectory(prefix="clgate-mlflow-") as scratch:
+        (Path(scratch) / "decision.json").write_text(json.dumps(document, indent=2))
+        if metrics_path:
+            (Path(scratch) / "metrics.json").write_text(Path(metrics_path).read_text())
+        outcome = log_decision(
+            decision, metrics, Path(scratch), tracking_uri=tracking_uri, experiment=f"clgate-{project}"
+        )
+    return outcome.run_id
+
+
 def attempt(client: httpx.Client, due: records.Due) -> tuple[int | None, str | None]:
     """POST one delivery; (status code, None) on a 2xx, (status or None, why) otherwise."""
     body = render(due.payload_format, due.body)
@@ -100,7 +138,7 @@ def deliver_due(store: Store, client: httpx.Client, *, max_attempts: int, backof
     """Attempt every due delivery once; returns how many were attempted."""
     due = records.claim_due(store, limit=50, lease_s=max(30.0, client.timeout.read or 10.0) * 2)
     for d in due:
-        status, error = attempt(client, d)
+        status, error = to_mlflow(store, d) if d.payload_format == "mlflow" else attempt(client, d)
         tries = d.attempts + 1
         retry = None if error is None or tries >= max_attempts else backoff_s(tries, backoff_base_s)
         records.record_attempt(store, d.id, status_code=status, error=error, retry_in_s=retry)

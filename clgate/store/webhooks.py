@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from clgate.store import Store
 from clgate.store.db import session_scope
-from clgate.store.models import Job, Waiver, Webhook, WebhookDelivery, as_utc, utcnow
+from clgate.store.models import Decision, Job, JobFile, Waiver, Webhook, WebhookDelivery, as_utc, utcnow
 
 EVENTS = ("decision", "waiver")
 
@@ -142,3 +142,15 @@ def record_attempt(
             d.status = "failed"
         else:
             d.next_attempt_at = utcnow() + dt.timedelta(seconds=retry_in_s)
+
+
+def decision_files(store: Store, job_id: str) -> tuple[dict[str, Any], str | None, str]:
+    """A decided job's decision document, the stored path of its ``metrics.json`` (None without one) and
+    its project (what the MLflow webhook format logs)."""
+    with store.sessions() as s:
+        d = s.scalar(select(Decision).where(Decision.job_id == job_id))
+        if d is None:
+            raise LookupError(f"job {job_id} has no decision")
+        sha = s.scalar(select(JobFile.sha256).where(JobFile.job_id == job_id, JobFile.name == "metrics.json"))
+        path = str(store.artifacts.verified_path(sha)) if sha else None
+        return dict(d.document), path, d.project

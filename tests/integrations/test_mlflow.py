@@ -144,3 +144,27 @@ def test_mlflow_down_leaves_the_verdict(tmp_path):
 def test_bad_mlflow_options_exit_2(tmp_path, args, says):
     result = gate(tmp_path, LOOSE_POLICY, *args)
     assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_a_project_logs_every_decision_through_an_mlflow_webhook(
+    mlflow_server, app_factory, test_client_class, admin_key, example_log, gate_example_log
+):
+    app, _ = app_factory(webhook_interval_s=0.1, webhook_backoff_s=0.2)
+    admin = {"X-API-Key": admin_key}
+    with test_client_class(app) as api:
+        hook = api.post(
+            "/v1/webhooks", json={"url": mlflow_server, "payload_format": "mlflow"}, headers=admin
+        )
+        assert hook.status_code == 201, hook.text
+        job = gate_example_log(api, admin, example_log)
+        deliveries = f"/v1/webhooks/{hook.json()['id']}/deliveries"
+        deadline = time.monotonic() + 60
+        while (log := api.get(deliveries, headers=admin).json()["data"])[0]["status"] != "delivered":
+            assert time.monotonic() < deadline, log
+            time.sleep(0.2)
+    client = mlflow.MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("clgate-default")
+    (run,) = client.search_runs([experiment.experiment_id], filter_string="tags.`clgate.verdict` = 'FAIL'")
+    assert run.data.tags["clgate.policy"] == "p@1" and "acc" in run.data.metrics
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "clgate")} >= {"clgate/decision.json"}
+    assert job["verdict"] == "FAIL"
