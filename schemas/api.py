@@ -19,7 +19,7 @@ pydantic_core._pydantic_core.ValidationError: 1 validation error for JobCreate
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -161,11 +161,38 @@ class RegateCreate(BaseModel):
     baseline: Literal["model", "none", "same"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = "same"
 
 
+ProgressStage = Literal["queued", "starting", "running", "done", "stopped"]
+
+
 class JobProgress(FromRecord):
+    """Where a job is, from the moment it is queued: ``queued`` → ``starting`` (claimed, no task yet) →
+    ``running`` (``task`` of ``n_tasks``) → ``done`` (``fraction`` 1.0, ``task`` = ``n_tasks``), or
+    ``stopped`` (failed or cancelled). ``task`` is 1-based: a 5-task run goes from task 1 to task 5."""
+
+    stage: ProgressStage | None = None
     fraction: float | None = None
-    task: int | None = None
+    task: int | None = Field(None, description="1-based task being trained or evaluated.")
+    n_tasks: int | None = None
     iteration: int | None = None
     message: str | None = None
+
+    def for_state(self, state: str) -> JobProgress:
+        """This progress completed from the job's state (a queued job has no progress of its own yet).
+
+        >>> JobProgress().for_state("queued").stage, JobProgress(task=5, n_tasks=5).for_state("succeeded")
+        ('queued', JobProgress(stage='done', fraction=1.0, task=5, n_tasks=5, iteration=None, message=None))
+        """
+        out = self.model_copy()
+        if state == "queued":
+            out.stage, out.fraction = "queued", out.fraction or 0.0
+        elif state == "running" and out.stage is None:
+            out.stage = "running" if out.task is not None else "starting"
+        elif state == "succeeded":
+            out.stage, out.fraction = "done", 1.0
+            out.task = out.n_tasks or out.task
+        elif state in ("failed", "cancelled"):
+            out.stage = "stopped"
+        return out
 
 
 class JobPublic(FromRecord):
@@ -196,6 +223,11 @@ class JobPublic(FromRecord):
     @classmethod
     def _no_progress_yet(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @model_validator(mode="after")
+    def _progress_from_state(self) -> JobPublic:
+        self.progress = self.progress.for_state(self.state)
+        return self
 
 
 class JobsPublic(BaseModel):
@@ -352,3 +384,65 @@ class WhoAmI(FromRecord):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+WebhookEvent = Literal["decision", "waiver"]
+WEBHOOK_EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
+
+
+class WebhookCreate(BaseModel):
+    """Register a URL that receives the project's decisions (and waivers), signed (see docs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        max_length=2000,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="http(s) URL the events are POSTed to.",
+    )
+    events: list[WebhookEvent] = Field(default_factory=lambda: list(WEBHOOK_EVENTS), min_length=1)
+    payload_format: Literal["clgate", "slack", "mlflow"] = Field(
+        "clgate",
+        description="clgate: the event JSON; slack: {'text': …} for Slack/Teams incoming webhooks; "
+        "mlflow: each decision logged to the MLflow tracking server at url (experiment clgate-<project>).",
+    )
+
+
+class WebhookPublic(BaseModel):
+    id: str
+    project: str
+    url: str
+    events: list[str]
+    payload_format: str
+    created_by: str
+    created_at: UtcDatetime
+    disabled_at: UtcDatetime | None = None
+
+
+class WebhookCreated(WebhookPublic):
+    secret: str = Field(description="The HMAC-SHA256 key of the signatures, shown once.")
+
+
+class WebhooksPublic(BaseModel):
+    data: list[WebhookPublic]
+    count: int
+
+
+class WebhookDeliveryPublic(BaseModel):
+    id: str
+    webhook_id: str
+    event: str
+    subject_id: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    next_attempt_at: UtcDatetime
+    created_at: UtcDatetime
+    delivered_at: UtcDatetime | None
+    body: str = Field(description="The event JSON as signed and sent (clgate format).")
+
+
+class WebhookDeliveriesPublic(BaseModel):
+    data: list[WebhookDeliveryPublic]
+    count: int

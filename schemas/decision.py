@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from clgate.schemas.fmeca import FmecaWorksheet
+from clgate.schemas.notebook import decision_html, frame
 from clgate.schemas.vocab import Verdict, exit_code
 
 DECISION_FORMAT: Final = "clgate.decision/v1"
@@ -139,6 +140,29 @@ class Decision(BaseModel):
     def exit_code(self) -> int:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (the CLI adds --fail-on-warn)."""
         return exit_code(self.verdict)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the verdict, the worst class at its worst moment, the rules, a heatmap."""
+        return decision_html(self)
+
+    def to_frame(self) -> Any:
+        """The rules as a pandas DataFrame, one row per rule (needs pandas)."""
+        columns = (
+            "id",
+            "kind",
+            "metric",
+            "severity",
+            "status",
+            "value",
+            "threshold",
+            "comparison",
+            "message",
+        )
+        return frame([r.model_dump(include=set(columns)) for r in self.rules], columns)
+
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()
 
 
 def decision_sha256(document: dict[str, Any]) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from clgate.schemas.notebook import frame, metric_records, metrics_html
 
 METRICS_FORMAT: Final = "clgate.metrics/v1"
 
@@ -70,6 +72,18 @@ class MetricsResult(BaseModel):
     )
     meta: dict = Field(default_factory=dict, description="The log's meta (seed, strategy …).")
 
+    def _repr_html_(self) -> str:
+        """Jupyter: the worst class at its worst moment, the scalar metrics, heatmaps of the accuracies."""
+        return metrics_html(self)
+
+    def to_frame(self) -> Any:
+        """The metrics as a pandas DataFrame: a row per (metric, 1-based task) or scalar (needs pandas)."""
+        return frame(metric_records(self), ("metric", "task", "value"))
+
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()
+
 
 class Aggregate(BaseModel):
     """One metric over several runs; per-task metrics aggregate element-wise."""
@@ -89,3 +103,15 @@ class RunsResult(BaseModel):
     aggregates: dict[str, Aggregate]
     runs: list[MetricsResult]
     reasons: dict[str, str] = Field(default_factory=dict)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the worst class at its worst moment, the scalar metrics, heatmaps of the accuracies."""
+        return metrics_html(self)
+
+    def to_frame(self) -> Any:
+        """The metrics as a pandas DataFrame: a row per (metric, 1-based task) or scalar (needs pandas)."""
+        return frame(metric_records(self), ("metric", "task", "value"))
+
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()

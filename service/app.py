@@ -19,13 +19,15 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from clgate._version import __version__
+from clgate.integrations.webhooks import start_webhooks
 from clgate.schemas.api import Health
 from clgate.service import errors
 from clgate.service.deps import Viewer
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
-from clgate.service.routers import admin, artifacts, jobs, policies
+from clgate.service.routers import admin, artifacts, jobs, policies, webhooks
+from clgate.service.yaml_body import YamlBody
 from clgate.store import open_store
 from clgate.store.db import check_writable, pool_status, wait_for_schema
 from clgate.store.keys import bootstrap_admin
@@ -57,6 +59,7 @@ def _lifespan(settings: Settings):
         app.state.store = store.artifacts
         app.state.dispatcher = make_dispatcher(settings, sessions)
         app.state.dispatcher.start()
+        app.state.webhooks = start_webhooks(store, settings)
         # the deployment's series once per deployment: here in embedded mode (one API process),
         # from `clgate exporter` in Celery mode (any number of API replicas; see clgate.service.metrics)
         app.state.registry = api_registry(
@@ -76,6 +79,7 @@ def _lifespan(settings: Settings):
         try:
             yield
         finally:
+            app.state.webhooks.close()
             app.state.dispatcher.close()
             engine.dispose()
 
@@ -121,12 +125,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth
     )
+    app.add_middleware(YamlBody, max_bytes=settings.max_json_bytes)  # outside RequestGuard: YAML → JSON first
 
     v1 = APIRouter(prefix="/v1")
     for router in (
         artifacts.router,
         jobs.router,
         policies.router,
+        webhooks.router,
         admin.baselines,
         admin.audit_router,
         admin.keys,

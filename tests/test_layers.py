@@ -107,6 +107,10 @@ LAYERS_ABOVE = {
     "clgate.gate": ("clgate.engine", "clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
     "clgate.engine": ("clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
     "clgate.store": ("clgate.engine", "clgate.workers", "clgate.service", "clgate.cli"),
+    # the service's Python client: the contract over HTTP (and the policy loader), no server side
+    "clgate.client": ("clgate.engine", "clgate.store", "clgate.workers", "clgate.service", "clgate.cli"),
+    # outward bridges of a verdict (MLflow, webhook delivery from the store's outbox): below the workers
+    "clgate.integrations": ("clgate.engine", "clgate.workers", "clgate.service", "clgate.cli"),
     "clgate.workers": ("clgate.service", "clgate.cli"),
     "clgate.service": ("clgate.cli",),
     "clgate.cli": (),  # the composition root imports any layer

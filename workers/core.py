@@ -132,7 +132,7 @@ def progress_dict(progress: Any) -> dict[str, Any]:
             fraction = ((raw.get("seed_index") or 0) + min(1.0, fraction)) / raw["n_seeds"]
     if fraction is not None:
         out["fraction"] = max(0.0, min(1.0, float(fraction)))
-    for key in ("task", "iteration"):
+    for key in ("task", "n_tasks", "iteration"):
         if isinstance(raw.get(key), int):
             out[key] = raw[key]
     message = raw.get("message")

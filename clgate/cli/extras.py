@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import typer
 
-Extra = Literal["engine", "service"]
+Extra = Literal["engine", "service", "client"]
 
 # Top-level command (or command group) → the extra it needs. Commands not listed need only the base.
 EXTRA_OF_COMMAND: dict[str, Extra] = {
@@ -33,6 +33,7 @@ EXTRA_OF_COMMAND: dict[str, Extra] = {
     "db": "service",
     "exporter": "service",
     "audit": "service",
+    "remote": "client",
 }
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -20,6 +20,14 @@ import typer
 
 from clgate._version import __version__
 from clgate.cli.extras import require_extra
+from clgate.cli.mlflow_opts import (
+    Alias,
+    MlflowExperiment,
+    MlflowUri,
+    ModelUri,
+    mlflow_target,
+    report_to_mlflow,
+)
 
 if TYPE_CHECKING:
     from clgate.gate import GateResult
@@ -197,6 +205,25 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     return run_engine_job(spec, out / "logs", base_dir=job.parent.resolve())
 
 
+# The options that name the build a verdict certifies, and a first release without a baseline.
+Candidate = Annotated[
+    str | None,
+    typer.Option("--candidate", help="The candidate model's name, printed on the report and recorded."),
+]
+CandidateVersion = Annotated[
+    str | None,
+    typer.Option("--candidate-version", help="The candidate model's version (with --candidate)."),
+]
+BaselineOptional = Annotated[
+    bool,
+    typer.Option(
+        "--baseline-optional",
+        help="A --baseline file that does not exist yet (first release) is no error: the policy's "
+        "regression rules are left out, and the report says so.",
+    ),
+]
+
+
 def gate_command(
     logs_args: Annotated[
         list[Path] | None,
@@ -252,22 +279,13 @@ def gate_command(
         str | None,
         typer.Option("--report-url", help="Where report.html will be served: report.md links to it."),
     ] = None,
-    candidate: Annotated[
-        str | None,
-        typer.Option("--candidate", help="The candidate model's name, printed on the report and recorded."),
-    ] = None,
-    candidate_version: Annotated[
-        str | None,
-        typer.Option("--candidate-version", help="The candidate model's version (with --candidate)."),
-    ] = None,
-    baseline_optional: Annotated[
-        bool,
-        typer.Option(
-            "--baseline-optional",
-            help="A --baseline file that does not exist yet (first release) is no error: the policy's "
-            "regression rules are left out, and the report says so.",
-        ),
-    ] = False,
+    candidate: Candidate = None,
+    candidate_version: CandidateVersion = None,
+    baseline_optional: BaselineOptional = False,
+    mlflow_uri: MlflowUri = None,
+    mlflow_experiment: MlflowExperiment = "clgate",
+    model_uri: ModelUri = None,
+    alias: Alias = None,
 ) -> None:
     """Judge evaluation logs (or a job, run first) against a policy: PASS / WARN / FAIL / ERROR.
 
@@ -296,6 +314,10 @@ class GateArgs:
     candidate: str | None
     candidate_version: str | None
     baseline_optional: bool
+    mlflow_uri: str | None
+    mlflow_experiment: str
+    model_uri: str | None
+    alias: str | None
 
 
 def _check_usage(a: GateArgs, log_paths: list[Path]) -> Path:
@@ -310,7 +332,6 @@ def _check_usage(a: GateArgs, log_paths: list[Path]) -> Path:
         _fail("--policy POLICY.yaml is required")
     if a.pdf and a.out is None:
         _fail("--pdf needs --out DIR (the PDF is written beside report.html)")
-    # lazy: CLI — `clgate --help` loads no command's dependencies
     assert a.policy_path is not None
     return a.policy_path
 
@@ -359,6 +380,7 @@ def _gate(a: GateArgs) -> None:
     from clgate.gate import gate_logs
     from clgate.schemas.vocab import exit_code
 
+    mlflow = mlflow_target(a.mlflow_uri, a.mlflow_experiment, a.model_uri, a.alias)
     inputs = _load_inputs(a, list(a.log or []) + list(a.logs_args or []))
     result = gate_logs(
         inputs["logs"],
@@ -381,6 +403,7 @@ def _gate(a: GateArgs) -> None:
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
+    report_to_mlflow(mlflow, result, a.out)  # reported on stderr if MLflow fails; the exit code stays
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=a.fail_on_warn))
 
 

@@ -16,6 +16,7 @@ from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
 from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.notebook import decision_html
 from clgate.schemas.policy import rule_label
 from clgate.schemas.vocab import Verdict
 
@@ -38,6 +39,16 @@ class GateResult:
     def exit_code(self) -> int:
         """0 PASS/WARN, 1 FAIL, 2 ERROR (see :func:`clgate.schemas.vocab.exit_code` for ``fail_on_warn``)."""
         return self.decision.exit_code
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the decision (verdict, worst class at its worst moment, rules), heatmaps."""
+        return decision_html(self.decision, self.metrics)
+
+    def to_frame(self) -> Any:
+        """The rules as a pandas DataFrame (``.metrics.to_frame()`` for the metrics; needs pandas)."""
+        return self.decision.to_frame()
+
+    to_pandas = to_frame
 
 
 Evaluation = GateResult

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from clgate.store import webhooks
 from clgate.store.db import audit
 from clgate.store.errors import Conflict, Forbidden, Invalid, NotFound
 from clgate.store.keys import actor
@@ -104,4 +105,5 @@ def waive(
         justification=justification,
         expires_at=expires.isoformat() if expires else None,
     )
+    webhooks.enqueue(session, job.project, "waiver", job_id, webhooks.waiver_event(job, w))
     return w

@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from clgate.store import Store
+from clgate.store import Store, webhooks
 from clgate.store.artifacts import ArtifactStore
 from clgate.store.db import audit, session_scope
 from clgate.store.errors import Conflict, Invalid, NotFound
@@ -312,9 +312,25 @@ def record_decision(
             )
             s.flush()  # the unique key on job_id refuses a second decision here
             audit(s, actor, "decision.recorded", "job", job_id, verdict=verdict, policy_id=job.policy_id)
+            webhooks.enqueue(s, job.project, "decision", job_id, decision_event(job, verdict, document))
         job.progress = {**(job.progress or {}), "fraction": 1.0}
         _finish(s, job, JobState.succeeded, error=None, actor=actor)
     return JobState.succeeded, None
+
+
+def decision_event(job: Job, verdict: str, document: dict[str, Any]) -> dict[str, Any]:
+    """The webhook event of a job's decision (what a receiver needs to act; the rest is one GET away)."""
+    policy = f"{document.get('policy_name')}@{document.get('policy_version')}"
+    return {
+        "project": job.project,
+        "job_id": job.id,
+        "model_name": job.model_name,
+        "verdict": verdict,
+        "summary": document.get("summary"),
+        "policy": policy,
+        "headline": document.get("headline") or {},
+        "decided_at": utcnow().isoformat(),
+    }
 
 
 def job_state(store: Store, job_id: str) -> tuple[JobState, str | None]:

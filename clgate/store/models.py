@@ -278,3 +278,40 @@ def as_utc(value: dt.datetime | None) -> dt.datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=dt.UTC)
+
+
+class Webhook(Base):
+    """A URL of a project that receives its decisions and waivers, signed with the webhook's secret."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    secret: Mapped[str] = mapped_column(String(128))  # the HMAC key (the receiver holds it too)
+    events: Mapped[list[str]] = mapped_column(JSON)
+    payload_format: Mapped[str] = mapped_column(String(16), default="clgate")
+    created_by: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    disabled_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: its body as sent, and its attempts (the delivery log)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id"), index=True)
+    project: Mapped[str] = mapped_column(String(64))
+    event: Mapped[str] = mapped_column(String(32))
+    subject_id: Mapped[str] = mapped_column(String(32))
+    body: Mapped[str] = mapped_column(Text)  # the exact bytes signed and sent (UTF-8 JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending, delivered, failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    next_attempt_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    delivered_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -125,6 +125,18 @@ class Settings(BaseSettings):
         30.0,
         description="A queued job younger than this is never re-sent by the reconciler (in flight).",
     )
+    webhook_interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        1.0, description="How often the API sends due webhook deliveries."
+    )
+    webhook_backoff_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        5.0, description="Wait before the first retry of a failed webhook delivery; doubles at each retry."
+    )
+    webhook_max_attempts: Annotated[int, Field(ge=1, le=50)] = Field(
+        10, description="Attempts of one webhook delivery before it is marked failed."
+    )
+    webhook_timeout_s: Annotated[float, Field(gt=0, le=300)] = Field(
+        10.0, description="Seconds a webhook receiver has to answer one attempt."
+    )
 
     @field_validator("broker_url")
     @classmethod

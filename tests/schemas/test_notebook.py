@@ -1,0 +1,100 @@
+"""Decisions, gate results and metrics results render themselves in Jupyter (``_repr_html_``, parsed
+here with html.parser for the verdict, the worst class at its worst moment and the heatmap) and become
+pandas data frames."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+
+from clgate.documents import load_log
+from clgate.gate import gate_logs
+from clgate.policy import parse_policy
+from clgate.schemas.notebook import heat_colour
+from tests.fixtures.service import REPO
+
+LOG = REPO / "examples" / "logs" / "spec-example.json"
+
+
+class Elements(HTMLParser):
+    """The text of each element with a class, by class name, and each heatmap cell's style."""
+
+    def __init__(self, document: str) -> None:
+        super().__init__()
+        self.text: dict[str, str] = {}
+        self.attrs_of: dict[str, dict] = {}
+        self.cells: list[tuple[str, str]] = []
+        self._open: list[str] = []
+        self.feed(document)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        name = attrs.get("class") or ""
+        self._open.append(name)
+        if name:
+            self.attrs_of.setdefault(name, attrs)
+            self.text.setdefault(name, "")
+        if name == "clgate-cell":
+            self.cells.append((attrs["style"], ""))
+
+    def handle_endtag(self, tag):
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        for name in self._open:
+            if name:
+                self.text[name] += data
+        if self._open and self._open[-1] == "clgate-cell":
+            style, _ = self.cells[-1]
+            self.cells[-1] = (style, data)
+
+
+@pytest.fixture(scope="module")
+def result():
+    policy = parse_policy({"name": "nb", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    return gate_logs([load_log(LOG)], policy)
+
+
+def test_gate_result_html_has_verdict_worst_moment_and_heatmap(result):
+    page = Elements(result._repr_html_())
+    assert page.attrs_of["clgate-verdict"]["data-verdict"] == result.verdict == "FAIL"
+    assert page.text["clgate-verdict"] == "FAIL"
+    w = result.decision.headline.worst_moment
+    moment = page.text["clgate-worst-moment"]
+    assert w.class_name in moment and f"task {w.task}" in moment and f"{100 * w.accuracy:.1f} %" in moment
+    assert "clgate-heatmap" in page.text and "clgate-rules" in page.text
+    classes = result.metrics.runs[0].classes
+    for c in classes:  # every class's final accuracy is a cell of the heatmap, coloured by its value
+        style = dict((t, s) for s, t in page.cells)[f"{100 * c.final_accuracy:.1f} %"]
+        assert style.endswith(f"background:{heat_colour(c.final_accuracy)}")
+    assert heat_colour(0.1) != heat_colour(0.9)
+
+
+def test_decision_and_metrics_render_alone(result):
+    decision_page = Elements(result.decision._repr_html_())
+    assert decision_page.text["clgate-verdict"] == "FAIL" and decision_page.cells  # worst classes heatmap
+    metrics_page = Elements(result.metrics._repr_html_())
+    assert "clgate-heatmap" in metrics_page.text and "clgate-worst-moment" in metrics_page.text
+    run_page = Elements(result.metrics.runs[0]._repr_html_())
+    assert run_page.text["clgate-worst-moment"] == metrics_page.text["clgate-worst-moment"]
+
+
+def test_text_is_escaped(result):
+    hostile = result.decision.model_copy(update={"summary": "<script>alert(1)</script>"})
+    assert "<script>" not in hostile._repr_html_() and "&lt;script&gt;" in hostile._repr_html_()
+
+
+def test_to_frame(result):
+    pd = pytest.importorskip("pandas")
+    rules = result.to_frame()
+    assert isinstance(rules, pd.DataFrame) and list(rules["status"]) == [
+        r.status for r in result.decision.rules
+    ]
+    metrics = result.metrics.runs[0].to_pandas()
+    acc = metrics[metrics.metric == "acc"]
+    assert list(acc.task) == [1, 2, 3] and list(acc.value) == pytest.approx(
+        result.metrics.runs[0].metrics["acc"]
+    )
+    assert metrics[(metrics.metric == "wamica")].task.isna().all()
