@@ -12,16 +12,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from clgate.policy import GateResult, Policy, evaluate
-from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.policy.decide import LogLike
 
 __all__ = ["GateResult", "gate_logs"]
 
 
 def gate_logs(
-    logs: Sequence[EvaluationLog],
+    logs: Sequence[LogLike],
     policy: Policy,
     *,
-    baseline: EvaluationLog | None = None,
+    baseline: LogLike | None = None,
     out_dir: Path | None = None,
     provenance: dict | None = None,
     report_url: str | None = None,

@@ -16,9 +16,9 @@ import typer
 
 if TYPE_CHECKING:
     from clgate.gate import GateResult
+    from clgate.metrics.arrays import LogArrays
     from clgate.policy import Policy
     from clgate.schemas.decision import Decision
-    from clgate.schemas.evaluation_log import EvaluationLog
 
 DEMO_POLICY = "examples/policies/digits-release.yaml"
 DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
@@ -59,11 +59,13 @@ def _load_policy(path: Path) -> Policy:
     raise AssertionError  # unreachable
 
 
-def _load_log(path: Path) -> EvaluationLog:
-    from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+def _load_log(path: Path) -> LogArrays:
+    """A log (JSON, JSON Lines or ``.npz``) read straight into arrays, with its header and hash."""
+    from clgate.logfile import read_log
+    from clgate.schemas.evaluation_log import EvaluationLogError
 
     try:
-        return EvaluationLog.load(path)
+        return read_log(path)
     except EvaluationLogError as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable
