@@ -98,8 +98,9 @@ class _PointsSpan:
     points hold only numbers, booleans and the known keys, which the fast path checks on every point.
     """
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, sink: Any = None) -> None:
         self.raw = raw
+        self.sink = sink  # called with the bytes inside the points array, in order
         self.head = bytearray()
         self.tail = bytearray()
         self.state = 0  # 0 before the points array, 1 inside it, 2 after it
@@ -127,21 +128,26 @@ class _PointsSpan:
             self.state, self.depth = 1, 1
             chunk = rest
         if self.state == 1:
-            window = self.last + chunk
-            if b"." in chunk or b"e-" in window or b"E-" in window or b"\\" in chunk:
-                self.suspicious = True  # a fraction (pydantic refuses it, numpy would truncate it)
-            self.last = chunk[-1:]
             a = np.frombuffer(chunk, dtype=np.uint8)
             marks = np.flatnonzero((a == 0x5B) | (a == 0x5D))
             depth = self.depth + np.cumsum(np.where(a[marks] == 0x5B, 1, -1))
             closing = np.flatnonzero(depth == 0)
+            end = int(marks[closing[0]]) if len(closing) else len(chunk)
+            self._inside(chunk[:end])
             if len(closing) == 0:
                 self.depth = int(depth[-1]) if len(depth) else self.depth
                 return
             self.state = 2
-            self.tail += chunk[int(marks[closing[0]]) :]
-            return
+            chunk = chunk[end:]
         self.tail += chunk
+
+    def _inside(self, region: bytes) -> None:
+        window = self.last + region
+        if b"." in region or b"e-" in window or b"E-" in window or b"\\" in region:
+            self.suspicious = True  # a fraction (pydantic refuses it, numpy would truncate it)
+        self.last = region[-1:]
+        if self.sink is not None:
+            self.sink(region)
 
     def header(self) -> dict[str, Any]:
         if self.state != 2:
@@ -172,6 +178,11 @@ def _read_json_fast(path: Path, task_accuracy: TaskAccuracy) -> LogArrays:
             raise _Fallback from None
         cols = _PointColumns(max_points=size // max(4 * n_classes - 2, 1) + 1, n_classes=n_classes)
         try:
+            return _read_compact(f, cols, task_accuracy)
+        except _Fallback:
+            f.seek(0)
+            cols.n = 0
+        try:
             for p in ijson.items(span, "points.item"):
                 cols.add(p)
         except (ijson.JSONError, ijson.IncompleteJSONError, ValueError, TypeError, OverflowError):
@@ -180,6 +191,101 @@ def _read_json_fast(path: Path, task_accuracy: TaskAccuracy) -> LogArrays:
             raise _Fallback
         doc = span.header()
     return _finish(cols, doc, task_accuracy)
+
+
+def _read_compact(f: Any, cols: _PointColumns, task_accuracy: TaskAccuracy) -> LogArrays:
+    """The points parsed with numpy, batch by batch, when they are laid out as clgate and Python's
+    ``json`` write them (keys in order, no fractions, no signs); anything else raises :class:`_Fallback`."""
+    parser = _CompactPoints(cols)
+    span = _PointsSpan(f, sink=parser.feed)
+    while span.read(_CHUNK):
+        pass
+    parser.close()
+    if span.suspicious:
+        raise _Fallback
+    return _finish(cols, span.header(), task_accuracy)
+
+
+class _CompactPoints:
+    """Points of a known layout parsed without Python objects: the bytes are checked against the
+    layout with the digits and white space removed, then every digit run becomes one number."""
+
+    def __init__(self, cols: _PointColumns) -> None:
+        self.cols = cols
+        self.buffer = b""
+        self.first = True
+        n = cols.n_classes
+        lists = b"[" + b"," * (n - 1) + b"]"
+        self.templates = {
+            flag: b'{"iteration":,"task":,"task_end":%s,"correct":%s,"total":%s}' % (flag, lists, lists)
+            for flag in (b"true", b"false")
+        }
+        self.with_accuracy = {f: t[:-1] + b',"accuracy":null}' for f, t in self.templates.items()}
+        self.runs_per_point = 2 + 2 * n
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        cut = self.buffer.rfind(b"}")
+        if cut < 0:
+            return
+        batch, self.buffer = self.buffer[: cut + 1], self.buffer[cut + 1 :]
+        self._parse(batch)
+
+    def close(self) -> None:
+        if self.buffer.strip():
+            raise _Fallback
+
+    def _parse(self, batch: bytes) -> None:
+        flags = _TASK_END.findall(batch)
+        skeleton = batch.translate(None, b"0123456789 \n\r\t")
+        lead = b"" if self.first else b","
+        templates = self.templates if not skeleton.endswith(b"null}") else self.with_accuracy
+        if skeleton != lead + b",".join(templates[f] for f in flags):
+            raise _Fallback
+        self.first = False
+        values = _digit_runs(batch)
+        k = len(flags)
+        if values is None or len(values) != k * self.runs_per_point:
+            raise _Fallback
+        values = values.reshape(k, self.runs_per_point)
+        cols, i, n = self.cols, self.cols.n, self.cols.n_classes
+        if i + k > len(cols.iteration) or (n and int(values[:, 2:].max(initial=0)) >= 2**31):
+            raise _Fallback
+        cols.iteration[i : i + k] = values[:, 0]
+        cols.task[i : i + k] = values[:, 1]
+        cols.task_end[i : i + k] = [f == b"true" for f in flags]
+        cols.correct[i : i + k] = values[:, 2 : 2 + n]
+        cols.total[i : i + k] = values[:, 2 + n :]
+        cols.n = i + k
+
+
+def _digit_runs(batch: bytes) -> np.ndarray | None:
+    """Every maximal run of ASCII digits in ``batch`` as an int64 (``None`` for a leading zero or a
+    number of more than 18 digits: JSON forbids the one, int64 cannot hold the other)."""
+    a = np.frombuffer(batch, dtype=np.uint8)
+    digits = a - np.uint8(0x30)  # wraps: every non-digit becomes > 9
+    digit = digits <= 9
+    if not len(a):
+        return np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(digit[1:] > digit[:-1]) + 1
+    ends = np.flatnonzero(digit[1:] < digit[:-1]) + 1
+    if digit[0]:
+        starts = np.r_[0, starts]
+    if digit[-1]:
+        ends = np.r_[ends, len(a)]
+    lengths = ends - starts
+    longest = int(lengths.max(initial=0))
+    if longest > 18 or ((digits[starts] == 0) & (lengths > 1)).any():
+        return None
+    values = digits[starts].astype(np.int64)
+    padded = np.r_[digits, np.full(longest, 10, dtype=np.uint8)]  # runs end at a non-digit
+    for j in range(1, longest):
+        more = lengths > j
+        values[more] = values[more] * 10 + padded[starts[more] + j]
+    return values
+
+
+_TASK_END: Final = re.compile(rb'"task_end"\s*:\s*(true|false)')
 
 
 class _PointColumns:

@@ -81,20 +81,27 @@ def task_accuracy_matrix(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     if class_acc.shape[0] == 0:
         return np.zeros((0, len(tasks)))
-    if mode == "macro":
-        return np.add.reduceat(class_acc[:, order], starts, axis=1) / sizes
-    if mode == "micro":
-        if correct is None or total is None:
-            raise ValueError(
-                "task_accuracy: 'micro' pools correct/total counts; this log has accuracies only"
-            )
-        total_by_task = total[:, order]
-        c = np.add.reduceat(correct[:, order], starts, axis=1, dtype=np.int64).astype(float)
+    if mode == "micro" and (correct is None or total is None):
+        raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
+    if mode not in ("macro", "micro"):
+        raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
+    out = np.empty((class_acc.shape[0], len(tasks)))
+    for r0 in range(0, class_acc.shape[0], _ROWS):  # blocks of rows: the reordered copy stays small
+        rows = slice(r0, r0 + _ROWS)
+        if mode == "macro":
+            out[rows] = np.add.reduceat(class_acc[rows][:, order], starts, axis=1) / sizes
+            continue
+        assert correct is not None and total is not None
+        total_by_task = total[rows][:, order]
+        c = np.add.reduceat(correct[rows][:, order], starts, axis=1, dtype=np.int64).astype(float)
         t = np.add.reduceat(total_by_task, starts, axis=1, dtype=np.int64).astype(float)
         missing = np.minimum.reduceat(total_by_task, starts, axis=1) == 0  # a class of the task not evaluated
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
-    raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
+            out[rows] = np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
+    return out
+
+
+_ROWS = 4096
 
 
 @dataclass(frozen=True, eq=False)
