@@ -89,14 +89,19 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=1_000)
     parser.add_argument("--quick", action="store_true", help="5,000 points × 200 classes")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs of each command")
+    parser.add_argument(
+        "--workdir", type=Path, help="keep the files here and reuse a log.json already there (same size)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.points, args.classes = 5_000, 200
 
     with tempfile.TemporaryDirectory(prefix="clgate-bench-") as tmp:
-        d = Path(tmp)
+        d = args.workdir or Path(tmp)
+        d.mkdir(parents=True, exist_ok=True)
         log, npz, policy = d / "log.json", d / "log.npz", d / "policy.yaml"
-        write_synthetic(log, args.points, args.classes)
+        if args.workdir is None or not log.exists():
+            write_synthetic(log, args.points, args.classes)
         policy.write_text(POLICY)
         code = (
             "import sys; from clgate.logfile import read_log, write_log; "

@@ -62,8 +62,8 @@ class _Fallback(Exception):
 def read_log(path: str | Path, *, task_accuracy: TaskAccuracy = "macro") -> LogArrays:
     """Read and validate a log file (``.json``, ``.jsonl`` or ``.npz``) into :class:`LogArrays`.
 
-    The arrays carry the log's header (``arrays.header``) and its hash (``arrays.sha256``, the same
-    as :func:`clgate.policy.log_hash` of the parsed log). Raises :class:`EvaluationLogError` naming
+    The arrays carry the log's header (``arrays.header``); :func:`clgate.policy.log_hash` of them is
+    the hash of the parsed log. Raises :class:`EvaluationLogError` naming
     the file, the field (or ``.npz`` member) and the reason.
     """
     path = Path(path)
@@ -85,10 +85,11 @@ def _header_of(log: EvaluationLog) -> EvaluationLog:
 
 
 def _attach(arrays: LogArrays, header: EvaluationLog, sha256: str | None) -> LogArrays:
+    """The arrays with the log's header; the hash is computed when a decision asks for it
+    (:func:`clgate.policy.log_hash`), not on every read."""
     from dataclasses import replace
 
-    arrays = replace(arrays, header=header)
-    return replace(arrays, sha256=sha256 or log_sha256(arrays))
+    return replace(arrays, header=header, sha256=sha256)
 
 
 class _PointsSpan:

@@ -149,7 +149,7 @@ class LogArrays:
     header: EvaluationLog | None = None
     """The log without its points (set when read by :func:`clgate.logfile.read_log`)."""
     sha256: str | None = None
-    """:func:`clgate.policy.log_hash` of the log (set when read by :func:`clgate.logfile.read_log`)."""
+    """The log's hash when already known; :func:`clgate.policy.log_hash` computes it otherwise."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
