@@ -21,7 +21,9 @@ def import_command(
     table: Annotated[
         Path, typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct, total.")
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Evaluation log to write (.json or .jsonl).")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Evaluation log to write (.json, .jsonl or .npz).")
+    ],
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -51,7 +53,12 @@ def import_command(
     except TableError as exc:
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
-    log.dump(out)
+    from clgate.logfile import write_log
+
+    try:  # .npz: the binary encoding; .json: plus the .npz companion beside a long log
+        write_log(log, out, format="npz" if out.suffix == ".npz" else "auto")
+    except ValueError as exc:
+        fail(f"--out: {exc}")
     ignored = log.meta.get("ignored_columns")
     note = f"; ignored column(s) {', '.join(ignored)}" if ignored else ""
     typer.echo(f"{out}: {log.n_tasks} tasks, {log.n_classes} classes, {len(log.points)} points{note}")

@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from clgate import __version__
 from clgate.metrics.arrays import LogArrays
@@ -18,7 +18,7 @@ from clgate.schemas.evaluation_log import EvaluationLog
 from clgate.schemas.metrics import MetricsResult, RunsResult
 from clgate.schemas.vocab import Verdict
 
-LogLike = EvaluationLog | LogArrays
+LogLike: TypeAlias = EvaluationLog | LogArrays
 """A validated log, or one read straight into arrays by :func:`clgate.logfile.read_log`."""
 
 
