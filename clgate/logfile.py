@@ -281,8 +281,7 @@ def _digit_runs(batch: bytes) -> np.ndarray | None:
     values = digits[starts].astype(np.int64)
     padded = np.r_[digits, np.full(longest, 10, dtype=np.uint8)]  # runs end at a non-digit
     for j in range(1, longest):
-        more = lengths > j
-        values[more] = values[more] * 10 + padded[starts[more] + j]
+        values = np.where(lengths > j, values * 10 + padded[starts + j], values)
     return values
 
 

@@ -214,7 +214,12 @@ class LogArrays:
             first = np.flatnonzero(np.r_[True, point_task[1:] != point_task[:-1]])
             task_start_idx[point_task[first]] = first
         if correct is not None and total is not None:
-            class_acc = np.divide(correct, total, out=np.full(correct.shape, np.nan), where=total > 0)
+            # 0/0 is NaN ("not evaluated"): the contract allows no correct count where total is 0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                class_acc = np.true_divide(correct, total, dtype=float)
+            infinite = np.isinf(class_acc)  # correct > 0 = total: an invalid log, still "not evaluated"
+            if infinite.any():
+                class_acc[infinite] = np.nan
         assert class_acc is not None
         resources = None
         if log.resources is not None:
