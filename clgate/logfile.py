@@ -179,24 +179,25 @@ def _read_json_fast(path: Path, task_accuracy: TaskAccuracy) -> LogArrays:
             raise _Fallback from None
         cols = _PointColumns(max_points=size // max(4 * n_classes - 2, 1) + 1, n_classes=n_classes)
         try:
-            return _read_compact(f, cols, task_accuracy)
-        except _Fallback:
+            doc = _read_compact(f, cols)
+        except _Fallback:  # another layout: ijson reads it
             f.seek(0)
             cols.n = 0
-        try:
-            for p in ijson.items(span, "points.item"):
-                cols.add(p)
-        except (ijson.JSONError, ijson.IncompleteJSONError, ValueError, TypeError, OverflowError):
-            raise _Fallback from None
-        if span.suspicious:
-            raise _Fallback
-        doc = span.header()
+            try:
+                for p in ijson.items(span, "points.item"):
+                    cols.add(p)
+            except (ijson.JSONError, ijson.IncompleteJSONError, ValueError, TypeError, OverflowError):
+                raise _Fallback from None
+            if span.suspicious:
+                raise _Fallback from None
+            doc = span.header()
     return _finish(cols, doc, task_accuracy)
 
 
-def _read_compact(f: Any, cols: _PointColumns, task_accuracy: TaskAccuracy) -> LogArrays:
-    """The points parsed with numpy, batch by batch, when they are laid out as clgate and Python's
-    ``json`` write them (keys in order, no fractions, no signs); anything else raises :class:`_Fallback`."""
+def _read_compact(f: Any, cols: _PointColumns) -> dict[str, Any]:
+    """The points parsed with numpy into ``cols``, batch by batch, when they are laid out as clgate and
+    Python's ``json`` write them (keys in order, no fractions, no signs); returns the rest of the
+    document. Anything else raises :class:`_Fallback`."""
     parser = _CompactPoints(cols)
     span = _PointsSpan(f, sink=parser.feed)
     while span.read(_CHUNK):
@@ -204,7 +205,7 @@ def _read_compact(f: Any, cols: _PointColumns, task_accuracy: TaskAccuracy) -> L
     parser.close()
     if span.suspicious:
         raise _Fallback
-    return _finish(cols, span.header(), task_accuracy)
+    return span.header()
 
 
 class _CompactPoints:

@@ -135,10 +135,11 @@ def test_the_numpy_parser_takes_the_usual_layouts_and_leaves_the_rest_to_ijson(s
     cols = logfile._PointColumns(max_points=10, n_classes=6)
     with path.open("rb") as f:
         if compact:
-            assert logfile._read_compact(f, cols, "macro").n_points == 6
+            assert logfile._read_compact(f, cols)["tasks"] == [[0, 1], [2, 3], [4, 5]]
+            assert cols.n == 6
         else:
             with pytest.raises(logfile._Fallback):
-                logfile._read_compact(f, cols, "macro")
+                logfile._read_compact(f, cols)
 
 
 def test_example_log_reads_the_same_every_way(tmp_path):
