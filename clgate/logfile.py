@@ -652,11 +652,10 @@ def _narrow(name: str, array: np.ndarray, fail: Any) -> np.ndarray:
     if name in ("header", "task_end"):
         return array
     if name in ("correct", "total"):
-        if array.size and (array.min() < 0 and array.dtype.kind == "i"):
-            return array.astype(np.int64)  # the contract check names the negative count
-        if array.size and int(array.max()) >= 2**31:
-            return array.astype(np.int64)
-        return array.astype(np.int32, copy=False)
+        small = array.dtype.itemsize <= (4 if array.dtype.kind == "i" else 2)
+        if small or not array.size or (int(array.min()) >= -(2**31) and int(array.max()) < 2**31):
+            return array.astype(np.int32, copy=False)  # what write_log writes: no pass over the data
+        return array.astype(np.int64)  # the contract check names a negative count
     if array.size and array.dtype.kind == "u" and int(array.max()) >= 2**63:
         raise fail(name, "values exceed the int64 range")
     return array.astype(np.int64, copy=False)
