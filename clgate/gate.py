@@ -12,17 +12,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from clgate.policy import GateResult, Policy, evaluate
+from clgate.policy.decide import LogLike
 from clgate.reports import write_reports
-from clgate.schemas.evaluation_log import EvaluationLog
 
 __all__ = ["GateResult", "gate_logs"]
 
 
 def gate_logs(
-    logs: Sequence[EvaluationLog],
+    logs: Sequence[LogLike],
     policy: Policy,
     *,
-    baseline: EvaluationLog | None = None,
+    baseline: LogLike | None = None,
     out_dir: Path | None = None,
     provenance: dict | None = None,
     report_url: str | None = None,

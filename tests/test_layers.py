@@ -64,6 +64,15 @@ LAYERS_ABOVE = {
         "clgate.log_import",
         *ABOVE_THE_CORE,
     ),
+    # evaluation-log files (JSON, JSON Lines, .npz) straight into arrays: the contract, documents and metrics
+    "clgate.logfile": (
+        "clgate.policy",
+        "clgate.fmeca",
+        "clgate.reports",
+        "clgate.gate",
+        "clgate.log_import",
+        *ABOVE_THE_CORE,
+    ),
     # a results table → an evaluation log: the contract and nothing else
     "clgate.log_import": (
         "clgate.metrics",
@@ -128,6 +137,7 @@ PURE = (
     "clgate._version",
     "clgate.provenance",
     "clgate.presets",
+    "clgate.logfile",
     "clgate.gate",
     "clgate.reports",
 )

@@ -31,9 +31,9 @@ from clgate.cli.mlflow_opts import (
 
 if TYPE_CHECKING:
     from clgate.gate import GateResult
+    from clgate.metrics.arrays import LogArrays
     from clgate.policy import Policy
     from clgate.schemas.decision import Decision
-    from clgate.schemas.evaluation_log import EvaluationLog
 
 DEMO_POLICY = "examples/policies/digits-release.yaml"
 DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
@@ -115,13 +115,14 @@ def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict
     return found
 
 
-def _load_log(path: Path) -> EvaluationLog:
+def _load_log(path: Path) -> LogArrays:
+    """A log (JSON, JSON Lines or ``.npz``) read straight into arrays, with its header and hash."""
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.documents import load_log
+    from clgate.logfile import read_log
     from clgate.schemas.evaluation_log import EvaluationLogError
 
     try:
-        return load_log(path)
+        return read_log(path)
     except EvaluationLogError as exc:
         _fail(str(exc))
     raise AssertionError  # unreachable

@@ -21,7 +21,9 @@ def import_command(
     table: Annotated[
         Path, typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct, total.")
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Evaluation log to write (.json or .jsonl).")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Evaluation log to write (.json, .jsonl or .npz).")
+    ],
     tasks: Annotated[
         str | None,
         typer.Option(
@@ -35,7 +37,6 @@ def import_command(
 ) -> None:
     """Turn a per-class results table into a validated clgate.evaluation-log/v1 (exit 2 on bad input)."""
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.documents import dump_log
     from clgate.log_import import TableError, import_table
 
     layout = None
@@ -53,7 +54,13 @@ def import_command(
     except TableError as exc:
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
-    dump_log(log, out)
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.logfile import write_log
+
+    try:  # .npz: the binary encoding; .json: plus the .npz companion beside a long log
+        write_log(log, out, format="npz" if out.suffix == ".npz" else "auto")
+    except ValueError as exc:
+        fail(f"--out: {exc}")
     ignored = log.meta.get("ignored_columns")
     note = f"; ignored column(s) {', '.join(ignored)}" if ignored else ""
     typer.echo(f"{out}: {log.n_tasks} tasks, {log.n_classes} classes, {len(log.points)} points{note}")

@@ -16,7 +16,7 @@ from clgate.fmt import fmt
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from clgate.schemas.evaluation_log import EvaluationLog
+    from clgate.metrics.arrays import LogArrays
     from clgate.schemas.metrics import MetricsResult, RunsResult
 
 
@@ -42,16 +42,17 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_logs(paths: list[Path]) -> list[EvaluationLog]:
-    """Load and validate logs; a bad one exits 2 with the validation message."""
+def load_logs(paths: list[Path]) -> list[LogArrays]:
+    """Read and validate logs (JSON, JSON Lines or the ``.npz`` encoding) straight into arrays; a bad
+    one exits 2 with the validation message."""
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.documents import load_log
+    from clgate.logfile import read_log
     from clgate.schemas.evaluation_log import EvaluationLogError
 
     logs = []
     for path in paths:
         try:
-            logs.append(load_log(path))
+            logs.append(read_log(path))
         except EvaluationLogError as exc:
             fail(str(exc))
     return logs

@@ -47,12 +47,12 @@ import torch
 from torch import nn
 
 from clgate._version import __version__
-from clgate.documents import dump_log
 from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.resources import SampleCost, count_params, measure_costs
 from clgate.engine.scenario import _check_cover
 from clgate.engine.schedule import resolve_device
+from clgate.logfile import LogFormat, write_log
 from clgate.schemas.evaluation_log import EvalPoint, EvaluationLog, TaskResources
 
 Logits = Callable[[nn.Module, torch.Tensor], torch.Tensor]
@@ -263,10 +263,14 @@ class Recorder:
             partial=not finished,
         )
 
-    def save(self, path: str | Path) -> Path:
-        """Write the log (JSON) to ``path``; a log before the last task end is marked ``partial``."""
+    def save(self, path: str | Path, *, format: LogFormat = "auto") -> Path:
+        """Write the log (JSON) to ``path``; a log before the last task end is marked ``partial``.
+
+        ``format`` as :func:`clgate.logfile.write_log`: ``auto`` adds the ``.npz`` companion beside a
+        long log, ``npz`` writes only the binary encoding (give a ``.npz`` path).
+        """
         path = Path(path)
-        dump_log(self.log(), path)
+        write_log(self.log(), path, format=format)
         return path
 
     # ---------------------------------------------------------------- helpers

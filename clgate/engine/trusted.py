@@ -35,7 +35,6 @@ import numpy as np
 from pydantic import ValidationError
 
 import clgate
-from clgate.documents import dump_log
 from clgate.engine import errors
 from clgate.engine.data import Dataset, load_data
 from clgate.engine.errors import EngineInputError
@@ -52,6 +51,7 @@ from clgate.engine.protocol import (
 from clgate.engine.scenario import tasks_from_spec
 from clgate.engine.schedule import plan_checkpoints
 from clgate.engine.staging import Staging, stage_job
+from clgate.logfile import write_log
 from clgate.schemas.evaluation_log import EvaluationLog, TaskResources
 from clgate.schemas.job import JobSpec
 
@@ -213,7 +213,7 @@ class _SeedLog:
             raise ProtocolError(f"seed {self.seed}: the points sent do not make a valid log: {exc}") from None
 
     def save(self, partial: bool) -> None:
-        dump_log(self.log(partial), self.path)
+        write_log(self.log(partial), self.path)
 
     def progress(self, force: bool = False) -> None:
         self.job.report(self, force)

@@ -81,20 +81,27 @@ def task_accuracy_matrix(
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     if class_acc.shape[0] == 0:
         return np.zeros((0, len(tasks)))
-    if mode == "macro":
-        return np.add.reduceat(class_acc[:, order], starts, axis=1) / sizes
-    if mode == "micro":
-        if correct is None or total is None:
-            raise ValueError(
-                "task_accuracy: 'micro' pools correct/total counts; this log has accuracies only"
-            )
-        total_by_task = total[:, order]
-        c = np.add.reduceat(correct[:, order], starts, axis=1).astype(float)
-        t = np.add.reduceat(total_by_task, starts, axis=1).astype(float)
+    if mode == "micro" and (correct is None or total is None):
+        raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
+    if mode not in ("macro", "micro"):
+        raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
+    out = np.empty((class_acc.shape[0], len(tasks)))
+    for r0 in range(0, class_acc.shape[0], _ROWS):  # blocks of rows: the reordered copy stays small
+        rows = slice(r0, r0 + _ROWS)
+        if mode == "macro":
+            out[rows] = np.add.reduceat(class_acc[rows][:, order], starts, axis=1) / sizes
+            continue
+        assert correct is not None and total is not None
+        total_by_task = total[rows][:, order]
+        c = np.add.reduceat(correct[rows][:, order], starts, axis=1, dtype=np.int64).astype(float)
+        t = np.add.reduceat(total_by_task, starts, axis=1, dtype=np.int64).astype(float)
         missing = np.minimum.reduceat(total_by_task, starts, axis=1) == 0  # a class of the task not evaluated
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
-    raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
+            out[rows] = np.where(missing, np.nan, c / np.where(t > 0, t, 1.0))
+    return out
+
+
+_ROWS = 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,50 +146,81 @@ class LogArrays:
     resources: dict[str, np.ndarray] | None = None
     partial: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    header: EvaluationLog | None = None
+    """The log without its points (set when read by :func:`clgate.logfile.read_log`)."""
+    sha256: str | None = None
+    """The log's hash when already known; :func:`clgate.policy.log_hash` computes it otherwise."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_log(cls, log: EvaluationLog, *, task_accuracy: TaskAccuracy = "macro") -> LogArrays:
-        """The tensors of a validated :class:`~clgate.schemas.EvaluationLog` (one pass over the points)."""
+    def from_log(cls, log: EvaluationLog | LogArrays, *, task_accuracy: TaskAccuracy = "macro") -> LogArrays:
+        """The tensors of a validated :class:`~clgate.schemas.EvaluationLog` (one pass over the points);
+        :class:`LogArrays` (a log already read into arrays) are returned with ``task_accuracy`` applied."""
         if task_accuracy not in ("macro", "micro"):
             raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {task_accuracy!r}")
-        n_classes, n_tasks = log.n_classes, log.n_tasks
+        if isinstance(log, LogArrays):
+            return log.with_task_accuracy(task_accuracy)
         points = log.points
-        n_points = len(points)
-        tasks = [np.asarray(t, dtype=np.int64) for t in log.tasks]
-        class_task = np.empty(n_classes, dtype=np.int64)
-        for k, t in enumerate(tasks):
-            class_task[t] = k
-        iterations = np.fromiter((p.iteration for p in points), dtype=np.int64, count=n_points)
-        point_task = np.fromiter((p.task for p in points), dtype=np.int64, count=n_points) - 1
-        ends = np.fromiter((p.task_end for p in points), dtype=bool, count=n_points)
-        task_end_idx = np.flatnonzero(ends)
-        finished = len(task_end_idx)
-        # first point of each task's own training (-1 for tasks never trained in this log)
-        task_start_idx = np.full(n_tasks, -1, dtype=np.int64)
-        if n_points:
-            first = np.flatnonzero(np.r_[True, point_task[1:] != point_task[:-1]])
-            task_start_idx[point_task[first]] = first
-
+        n_points, n_classes = len(points), log.n_classes
         with_counts = [p.correct is not None for p in points]
-        correct: np.ndarray | None
-        total: np.ndarray | None
+        columns: dict[str, Any] = {
+            "iteration": np.fromiter((p.iteration for p in points), dtype=np.int64, count=n_points),
+            "task": np.fromiter((p.task for p in points), dtype=np.int64, count=n_points),
+            "task_end": np.fromiter((p.task_end for p in points), dtype=bool, count=n_points),
+        }
         if all(with_counts):
-            correct = _matrix((p.correct for p in points), n_points, n_classes, np.int64)
-            total = _matrix((p.total for p in points), n_points, n_classes, np.int64)
-            class_acc = np.divide(correct, total, out=np.full(correct.shape, np.nan), where=total > 0)
+            columns["correct"] = _matrix((p.correct for p in points), n_points, n_classes, np.int64)
+            columns["total"] = _matrix((p.total for p in points), n_points, n_classes, np.int64)
         elif not any(with_counts):
-            correct = total = None
-            class_acc = np.array([p.accuracy for p in points], dtype=float).reshape(n_points, n_classes)
+            columns["class_acc"] = np.array([p.accuracy for p in points], dtype=float).reshape(
+                n_points, n_classes
+            )
         else:
-            correct = total = None
             class_acc = np.full((n_points, n_classes), np.nan)
-            for i, p in enumerate(points):  # mixed or accuracy-only logs: the accuracy list is the input
+            for i, p in enumerate(points):  # mixed logs: the accuracy list is the input
                 if p.correct is not None:
                     t = np.asarray(p.total, dtype=float)
                     class_acc[i] = np.divide(p.correct, t, out=np.full(n_classes, np.nan), where=t > 0)
                 else:
                     class_acc[i] = np.array(p.accuracy, dtype=float)
+            columns["class_acc"] = class_acc
+        return cls.from_columns(log, task_accuracy=task_accuracy, **columns)
+
+    @classmethod
+    def from_columns(
+        cls,
+        log: EvaluationLog,
+        *,
+        iteration: np.ndarray,
+        task: np.ndarray,
+        task_end: np.ndarray,
+        correct: np.ndarray | None = None,
+        total: np.ndarray | None = None,
+        class_acc: np.ndarray | None = None,
+        task_accuracy: TaskAccuracy = "macro",
+    ) -> LogArrays:
+        """The tensors from per-point columns (``task`` 1-based) and either the ``P × C`` counts or
+        the class accuracies; ``log`` gives the rest (its ``points`` are not read)."""
+        n_classes, n_tasks = log.n_classes, log.n_tasks
+        tasks = [np.asarray(t, dtype=np.int64) for t in log.tasks]
+        class_task = np.empty(n_classes, dtype=np.int64)
+        for k, t in enumerate(tasks):
+            class_task[t] = k
+        point_task = task - 1
+        task_end_idx = np.flatnonzero(task_end)
+        # first point of each task's own training (-1 for tasks never trained in this log)
+        task_start_idx = np.full(n_tasks, -1, dtype=np.int64)
+        if len(point_task):
+            first = np.flatnonzero(np.r_[True, point_task[1:] != point_task[:-1]])
+            task_start_idx[point_task[first]] = first
+        if correct is not None and total is not None:
+            # 0/0 is NaN ("not evaluated"): the contract allows no correct count where total is 0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                class_acc = np.true_divide(correct, total, dtype=float)
+            infinite = np.isinf(class_acc)  # correct > 0 = total: an invalid log, still "not evaluated"
+            if infinite.any():
+                class_acc[infinite] = np.nan
+        assert class_acc is not None
         resources = None
         if log.resources is not None:
             resources = {
@@ -193,11 +231,11 @@ class LogArrays:
         base = cls(
             n_tasks=n_tasks,
             n_classes=n_classes,
-            finished_tasks=finished,
+            finished_tasks=len(task_end_idx),
             tasks=tasks,
             class_task=class_task,
             task_sizes=np.array([len(t) for t in tasks], dtype=np.int64),
-            iterations=iterations,
+            iterations=iteration,
             point_task=point_task,
             task_end_idx=task_end_idx,
             task_start_idx=task_start_idx,
@@ -241,6 +279,11 @@ class LogArrays:
     @property
     def has_counts(self) -> bool:
         return self.correct is not None
+
+    @property
+    def diverged(self) -> Any:
+        """The log's ``diverged`` record (``None`` when it did not diverge or the header is unknown)."""
+        return self.header.diverged if self.header is not None else None
 
     @property
     def classes_seen(self) -> np.ndarray:

@@ -7,10 +7,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from clgate._version import __version__
+from clgate.logfile import log_sha256
 from clgate.metrics import compute_metrics, compute_runs
+from clgate.metrics.arrays import LogArrays
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
@@ -19,6 +21,9 @@ from clgate.schemas.metrics import MetricsResult, RunsResult
 from clgate.schemas.notebook import decision_html
 from clgate.schemas.policy import rule_label
 from clgate.schemas.vocab import Verdict
+
+LogLike: TypeAlias = EvaluationLog | LogArrays
+"""A validated log, or one read straight into arrays by :func:`clgate.logfile.read_log`."""
 
 
 @dataclass
@@ -55,11 +60,17 @@ Evaluation = GateResult
 """The former name of :class:`GateResult` (what :func:`evaluate` returns)."""
 
 
-def log_hash(log: EvaluationLog) -> str:
+def log_hash(log: LogLike) -> str:
     """sha256 of the log's canonical JSON (the same log gives the same hash, whatever its file layout).
 
     Fields added later with a null default are left out while null, so a log hashes as it did before.
+    A log read into arrays (:func:`clgate.logfile.read_log`) carries this hash, computed from its
+    header and counts without a second pass through pydantic.
     """
+    if not isinstance(log, EvaluationLog):
+        if log.sha256 is not None:
+            return log.sha256
+        return log_sha256(log)
     unset = {"diverged"} if log.diverged is None else None
     return hashlib.sha256(log.model_dump_json(exclude=unset).encode("utf-8")).hexdigest()
 
@@ -158,14 +169,12 @@ def _summary(
     return f"{verdict}: {head}{reasons}{more}"
 
 
-def _who(log: EvaluationLog, i: int, what: str = "logs") -> str:
+def _who(log: LogLike, i: int, what: str = "logs") -> str:
     seed = log.meta.get("seed")
     return f"{what}[{i}]" + (f" (seed {seed})" if seed is not None else "")
 
 
-def completeness(
-    runs: Sequence[EvaluationLog], baseline: EvaluationLog | None = None
-) -> tuple[list[str], list[str]]:
+def completeness(runs: Sequence[LogLike], baseline: LogLike | None = None) -> tuple[list[str], list[str]]:
     """(incomplete, diverged): one line per partial run (and baseline), one per diverged run."""
     incomplete: list[str] = []
     diverged: list[str] = []
@@ -185,16 +194,14 @@ def completeness(
     return incomplete, diverged
 
 
-def selection_problems(
-    runs: Sequence[EvaluationLog], baseline: EvaluationLog | None
-) -> tuple[list[str], str | None]:
+def selection_problems(runs: Sequence[LogLike], baseline: LogLike | None) -> tuple[list[str], str | None]:
     """Runs or a baseline evaluated on different test samples cannot be compared.
 
     Returns (errors between the runs of one job, the baseline problem). Logs without a recorded
     selection (``meta.eval_selection.sha256``, written since clgate records it) are not compared.
     """
 
-    def sel(log: EvaluationLog) -> str | None:
+    def sel(log: LogLike) -> str | None:
         v = log.meta.get("eval_selection")
         return v.get("sha256") if isinstance(v, dict) and isinstance(v.get("sha256"), str) else None
 
@@ -220,10 +227,10 @@ def selection_problems(
 
 
 def evaluate(
-    runs: Sequence[EvaluationLog],
+    runs: Sequence[LogLike],
     policy: Policy,
     *,
-    baseline: EvaluationLog | None = None,
+    baseline: LogLike | None = None,
     provenance: dict | None = None,
 ) -> GateResult:
     """:func:`decide`, keeping the metrics results for the reports."""
@@ -258,7 +265,7 @@ def evaluate(
 
 
 def _common_fields(
-    runs: Sequence[EvaluationLog], policy: Policy, baseline: EvaluationLog | None, provenance: dict | None
+    runs: Sequence[LogLike], policy: Policy, baseline: LogLike | None, provenance: dict | None
 ) -> dict[str, Any]:
     """The decision's fields that do not depend on the judging: policy, hashes, runs, provenance."""
     hashes = Hashes(
@@ -281,9 +288,9 @@ def _common_fields(
 
 
 def _compute(
-    runs: Sequence[EvaluationLog],
+    runs: Sequence[LogLike],
     policy: Policy,
-    baseline: EvaluationLog | None,
+    baseline: LogLike | None,
     errors: list[str],
     baseline_problem: str | None,
 ) -> tuple[RunsResult | None, MetricsResult | None, str | None]:
@@ -340,10 +347,10 @@ def _label(policy: Policy, i: int) -> str:
 
 
 def decide(
-    runs: Sequence[EvaluationLog],
+    runs: Sequence[LogLike],
     policy: Policy,
     *,
-    baseline: EvaluationLog | None = None,
+    baseline: LogLike | None = None,
     provenance: dict | None = None,
 ) -> Decision:
     """The gate decision for one or more runs (seeds) of one job. Pure and deterministic.

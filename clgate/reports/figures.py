@@ -229,6 +229,22 @@ def raa_raf(runs: Sequence[Any]) -> str:
     return _svg(fig)
 
 
+_HEATMAP_COLUMNS = 2000
+
+
+def _heatmap_columns(class_acc: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Classes × columns of the heatmap, and each column's last point. Beyond ``_HEATMAP_COLUMNS``
+    points a column is the worst (minimum) accuracy of consecutive points: a collapse stays visible,
+    and a long log's image stays the size of the figure instead of ``P × C``."""
+    n_points = class_acc.shape[0]
+    if n_points <= _HEATMAP_COLUMNS:
+        return np.array(class_acc[:, order].T, dtype=float), np.arange(n_points)
+    starts = np.linspace(0, n_points, _HEATMAP_COLUMNS, endpoint=False).astype(np.int64)
+    with np.errstate(invalid="ignore"):
+        worst = np.fmin.reduceat(class_acc, starts, axis=0)  # NaN only where no point evaluated it
+    return np.array(worst[:, order].T, dtype=float), np.r_[starts[1:], n_points] - 1
+
+
 def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
     """Every class's accuracy (rows, grouped by task) at every evaluation point (columns): where a class
     collapses and whether it recovers. Grey: before the class's task (not learned yet). Solid lines:
@@ -238,10 +254,9 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
 
     n_points = a.horizon or a.n_points
     order = np.concatenate(a.tasks) if a.tasks else np.arange(a.n_classes)
-    acc = np.array(a.class_acc[:n_points, order].T, dtype=float)  # classes × points
+    acc, last = _heatmap_columns(a.class_acc[:n_points], order)  # classes × columns
     learned_from = a.task_start_idx[a.class_task[order]]
-    cols = np.arange(n_points)
-    acc[cols[None, :] < learned_from[:, None]] = np.nan  # not learned yet: not a failure
+    acc[last[None, :] < learned_from[:, None]] = np.nan  # not learned yet: not a failure
     C = len(order)
     fig = _figure(_WIDTH, min(9.0, 1.6 + 0.24 * C))
     ax = fig.subplots()
