@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.settings import Settings
+    from clgate.store.signing import Signer
 
 
 @dataclass
@@ -31,15 +32,22 @@ class Store:
     engine: Engine
     sessions: sessionmaker[Session]
     artifacts: ArtifactStore
+    signer: Signer | None = None  # signs the record history (clgate.store.history)
 
     def close(self) -> None:
         self.engine.dispose()
 
 
 def open_store(settings: Settings, *, migrate: bool = False) -> Store:
-    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``)."""
+    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``).
+
+    Its sessions sign the record history with the key of :meth:`Settings.signing_key_path` (created, mode
+    0600, when ``CLGATE_SIGNING_KEY_FILE`` is unset and ``<data_dir>/signing.key`` does not exist yet);
+    a key file that is set but unreadable raises :class:`clgate.store.signing.SigningKeyError`.
+    """
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
+    from clgate.store.signing import load_or_create
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
@@ -51,9 +59,14 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
         pool_timeout_s=settings.db_pool_timeout_s,
         busy_timeout_s=settings.db_busy_timeout_s,
     )
-    sessions = make_sessionmaker(engine)
+    signer = load_or_create(settings.signing_key_path(), create=settings.signing_key_file is None)
+    sessions = make_sessionmaker(engine, signer=signer)
     return Store(
-        settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions))
+        settings,
+        engine,
+        sessions,
+        ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)),
+        signer,
     )
 
 
