@@ -38,12 +38,14 @@ class Store:
         self.engine.dispose()
 
 
-def open_store(settings: Settings, *, migrate: bool = False) -> Store:
+def open_store(settings: Settings, *, migrate: bool = False, sign: bool = True) -> Store:
     """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``).
 
     Its sessions sign the record history with the key of :meth:`Settings.signing_key_path` (created, mode
     0600, when ``CLGATE_SIGNING_KEY_FILE`` is unset and ``<data_dir>/signing.key`` does not exist yet);
-    a key file that is set but unreadable raises :class:`clgate.store.signing.SigningKeyError`.
+    a key file that is set but unreadable raises :class:`clgate.store.signing.SigningKeyError`. With
+    ``sign=False`` (a verifier) nothing is created and the sessions sign nothing; ``Store.signer`` is
+    still the key when its file exists.
     """
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
@@ -59,15 +61,25 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
         pool_timeout_s=settings.db_pool_timeout_s,
         busy_timeout_s=settings.db_busy_timeout_s,
     )
-    signer = load_or_create(settings.signing_key_path(), create=settings.signing_key_file is None)
-    sessions = make_sessionmaker(engine, signer=signer)
-    return Store(
+    key_path = settings.signing_key_path()
+    signer = (
+        load_or_create(key_path, create=settings.signing_key_file is None)
+        if sign or key_path.exists()
+        else None
+    )
+    sessions = make_sessionmaker(engine, signer=signer if sign else None)
+    store = Store(
         settings,
         engine,
         sessions,
         ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)),
         signer,
     )
+    if migrate and sign and signer is not None:
+        from clgate.store.history import seal
+
+        seal(sessions, signer)  # records from before the signed history are sealed now, not at first write
+    return store
 
 
 def _auditor(sessions: sessionmaker[Session]):

@@ -216,6 +216,16 @@ def _ensure_key(session: Session, signer: Signer) -> None:
     introduce(session, signer, signer)
 
 
+def seal(sessions: Any, signer: Signer) -> None:
+    """Register ``signer``'s key (sealing the records written before any key, once) in a transaction."""
+    session = sessions()
+    try:
+        _ensure_key(session, signer)
+        session.commit()
+    finally:
+        session.close()
+
+
 def introduce(session: Session, new: Signer | Ed25519PublicKey, by: Signer) -> str:
     """Record the public key ``new`` in the history, signed by ``by`` (itself, or the key it replaces)."""
     from clgate.store.signing import key_id_of, public_text
