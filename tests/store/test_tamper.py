@@ -1,0 +1,249 @@
+"""A writer without the signing key — raw SQL on the SQLite file, or the table owner on PostgreSQL with
+the append-only triggers switched off — inserts, edits, deletes, reorders, revives or truncates and
+rebuilds each kind of record; the signed history names the bad record every time. Honest histories
+(empty families that grow included) verify; rollback is caught with a head taken later; a rotated key
+verifies old and new records. One seeded store per database, copied for each attack."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, func, select, text
+
+from clgate.store import history, open_store
+from clgate.store.db import audit, make_sessionmaker, session_scope
+from clgate.store.models import ApiKey, Base, Baseline, Decision, Job, Policy, Waiver
+from clgate.store.settings import Settings
+from clgate.store.signing import load_signer
+
+pytestmark = pytest.mark.timeout(300)
+
+KINDS = ("decisions", "waivers", "audit_events", "baselines", "policies", "jobs", "api_keys")
+ATTACKS = ("insert", "update", "delete", "reorder", "revive", "truncate-rebuild")
+REVIVABLE = {"api_keys", "jobs", "baselines"}  # records whose state changes: an older state brought back
+PK = {
+    "decisions": "id",
+    "waivers": "id",
+    "audit_events": "seq",
+    "baselines": "model_name",
+    "policies": "id",
+    "jobs": "id",
+    "api_keys": "id",
+}
+TARGET = {  # the record each attack aims at
+    "decisions": "d1",
+    "waivers": "w1",
+    "audit_events": "2",
+    "baselines": "m",
+    "policies": "p1",
+    "jobs": "j1",
+    "api_keys": "kviewer",
+}
+EDIT = {  # what the writer changes
+    "decisions": {"verdict": "PASS"},
+    "waivers": {"approver": "mallory"},
+    "audit_events": {"actor": "mallory"},
+    "baselines": {"job_id": "j1"},
+    "policies": {"document": json.dumps({"rules": []})},
+    "jobs": {"state": "succeeded"},
+    "api_keys": {"role": "admin"},
+}
+REVIVE = {
+    "api_keys": ("krevoked", {"revoked_at": None}),
+    "jobs": ("j1", {"state": "running", "finished_at": None}),
+    "baselines": ("m", {"job_id": "j2"}),  # the baseline it had before (a state that was signed once)
+}
+
+
+def _seed(settings: Settings) -> None:
+    store = open_store(settings, migrate=True)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    with session_scope(store.sessions) as s:
+        for kid, role in (("kviewer", "viewer"), ("krevoked", "approver")):
+            s.add(ApiKey(id=kid, name=kid, role=role, secret_sha256="0" * 64, created_at=t0))
+        for pid in ("p1", "p2"):
+            s.add(
+                Policy(id=pid, name="gate", version=pid, document={"rules": [{"kind": "x"}]}, sha256="0" * 64)
+            )
+        s.flush()
+        for jid in ("j1", "j2", "j3", "j4"):
+            s.add(Job(id=jid, mode="metrics", queue="cpu", model_name="m", policy_id="p1", progress={}))
+    with session_scope(store.sessions) as s:  # finishing is a change of state: a new signed entry
+        for jid, state in (("j1", "failed"), ("j2", "succeeded"), ("j3", "succeeded")):
+            job = s.get(Job, jid)
+            job.state, job.finished_at = state, t0 + dt.timedelta(hours=1)
+            audit(s, "worker", f"job.{state}", "job", jid)
+        s.get(ApiKey, "krevoked").revoked_at = t0 + dt.timedelta(hours=2)
+    with session_scope(store.sessions) as s:
+        for did, jid, verdict in (("d1", "j1", "FAIL"), ("d2", "j2", "PASS")):
+            s.add(
+                Decision(
+                    id=did,
+                    job_id=jid,
+                    policy_id="p1",
+                    model_name="m",
+                    verdict=verdict,
+                    headline={"mica": 0.5},
+                    document={"verdict": verdict},
+                )
+            )
+        s.flush()
+        for wid in ("w1", "w2"):
+            s.add(Waiver(id=wid, decision_id="d1", job_id="j1", justification="reviewed", approver="key:a"))
+        s.add(Baseline(model_name="m", job_id="j2", set_by="key:a"))
+        s.add(Baseline(model_name="m2", job_id="j2", set_by="key:a"))
+    with session_scope(store.sessions) as s:
+        s.get(Baseline, "m").job_id = "j3"
+        audit(s, "key:a", "baseline.set", "model", "m")
+    store.close()
+
+
+def _problems(url: str, signer_public) -> dict[str, history.Problem]:
+    engine = create_engine(url)
+    try:
+        with make_sessionmaker(engine)() as s:
+            reports = history.verify(s, history.trusted_keys([signer_public]))
+    finally:
+        engine.dispose()
+    return {r.family: r.problem for r in reports if r.problem is not None}
+
+
+def _row(conn, table: str, pk: str, target: str) -> dict:
+    t = Base.metadata.tables[table]
+    key = int(target) if pk == "seq" else target
+    return dict(conn.execute(select(t).where(t.c[pk] == key)).mappings().one())
+
+
+def _forged_copy(conn, kind: str) -> tuple[dict, str]:
+    """A new row of ``kind`` made from the target's (what an INSERT by a writer looks like)."""
+    table, pk = kind, PK[kind]
+    row = _row(conn, table, pk, TARGET[kind])
+    t = Base.metadata.tables[table]
+    if "seq" in row:
+        row["seq"] = conn.execute(select(func.max(t.c.seq))).scalar() + 1
+    row.pop("id", None) if kind == "audit_events" else None
+    new = str(row["seq"]) if pk == "seq" else "forged"
+    if pk != "seq":
+        row[pk] = new
+    if kind == "decisions":
+        row.update(job_id="j4", verdict="PASS")  # a PASS for a job that has none
+    elif kind == "policies":
+        row["version"] = "forged"
+    elif kind == "jobs":
+        row.update(state="succeeded", idempotency_key=None)
+    return row, new
+
+
+def _attack(conn, kind: str, attack: str) -> str | None:
+    """Do ``attack`` on ``kind``; the subject verify should name (None: any record of the family)."""
+    table, pk, target = kind, PK[kind], TARGET[kind]
+    t = Base.metadata.tables[table]
+    where = t.c[pk] == (int(target) if pk == "seq" else target)
+    if attack == "insert":
+        row, new = _forged_copy(conn, kind)
+        conn.execute(t.insert().values(**row))
+        return new
+    if attack == "update":
+        conn.execute(t.update().where(where).values(**EDIT[kind]))
+        return target
+    if attack == "delete":
+        conn.execute(t.delete().where(where))
+        return target
+    if attack == "revive":
+        subject, values = REVIVE[kind]
+        conn.execute(t.update().where(t.c[pk] == subject).values(**values))
+        return subject
+    h = Base.metadata.tables["history"]
+    if attack == "reorder":
+        first = (h.c.family == kind) & (h.c.seq == 1)
+        conn.execute(h.update().where(first).values(seq=-1))
+        conn.execute(h.update().where((h.c.family == kind) & (h.c.seq == 2)).values(seq=1))
+        conn.execute(h.update().where((h.c.family == kind) & (h.c.seq == -1)).values(seq=2))
+        return None
+    # truncate and rebuild: every row and entry of the family gone, the rows written back, one edited
+    rows = [dict(r) for r in conn.execute(select(t)).mappings()]
+    conn.execute(h.delete().where(h.c.family == kind))
+    conn.execute(
+        text("UPDATE chain_heads SET seq = 0, record_hash = :g WHERE chain = :c"),
+        {"g": "0" * 64, "c": "h:" + kind},
+    )
+    conn.execute(t.delete())
+    for row in rows:
+        if str(row[pk]) == target:
+            row.update(EDIT[kind])
+        conn.execute(t.insert().values(**row))
+    return None
+
+
+def _tampered(url: str, dialect: str, kind: str, attack: str) -> str | None:
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if dialect == "sqlite":
+                for (name,) in conn.execute(
+                    text("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+                ).all():
+                    conn.execute(text(f"DROP TRIGGER {name}"))
+            else:  # the table owner with its triggers (and the foreign keys' ones) off, no signing key
+                conn.execute(text("SET session_replication_role = replica"))
+            return _attack(conn, kind, attack)
+    finally:
+        engine.dispose()
+
+
+CASES = [(k, a) for k in KINDS for a in ATTACKS if a != "revive" or k in REVIVABLE]
+
+
+def _sqlite_copies(settings: Settings, tmp_path: Path):
+    source = settings.data_dir / "clgate.db"
+
+    def copy(name: str) -> str:
+        target = tmp_path / f"{name}.db"
+        shutil.copyfile(source, target)
+        return f"sqlite:///{target}"
+
+    return copy
+
+
+def _postgres_copies(url: str):
+    """The seeded store is database ``postgres``; each copy is a database made from it as a template."""
+    base = url.rsplit("/", 1)[0]
+    admin = create_engine(f"{base}/template1", isolation_level="AUTOCOMMIT")
+
+    def copy(name: str) -> str:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE postgres'))
+        return f"{base}/{name}"
+
+    return copy
+
+
+def _check_every_attack_is_named(settings: Settings, dialect: str, copy) -> None:
+    _seed(settings)
+    public = load_signer(settings.signing_key_path()).public
+    assert _problems(copy("honest"), public) == {}
+    missed = []
+    for kind, attack in CASES:
+        url = copy(f"c_{kind}_{attack}".replace("-", "_"))
+        subject = _tampered(url, dialect, kind, attack)
+        problem = _problems(url, public).get(kind)
+        if problem is None:
+            missed.append(f"{kind}/{attack}: not detected")
+        elif subject is not None and problem.subject != subject:
+            missed.append(f"{kind}/{attack}: named {problem}, not record {subject}")
+    assert missed == [], "\n".join(missed)
+
+
+def test_every_attack_is_named_on_sqlite(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    _check_every_attack_is_named(settings, "sqlite", _sqlite_copies(settings, tmp_path))
+
+
+@pytest.mark.integration
+def test_every_attack_is_named_on_postgresql(tmp_path, postgres_url):
+    settings = Settings(data_dir=tmp_path / "data", database_url=postgres_url)
+    _check_every_attack_is_named(settings, "postgresql", _postgres_copies(postgres_url))
