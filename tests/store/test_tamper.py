@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from clgate.store import history, open_store
 from clgate.store.db import audit, make_sessionmaker, session_scope
 from clgate.store.models import ApiKey, Base, Baseline, Decision, Job, Policy, Waiver
 from clgate.store.settings import Settings
-from clgate.store.signing import load_signer
+from clgate.store.signing import Signer, load_signer, write_new_key
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -247,3 +250,119 @@ def test_every_attack_is_named_on_sqlite(tmp_path):
 def test_every_attack_is_named_on_postgresql(tmp_path, postgres_url):
     settings = Settings(data_dir=tmp_path / "data", database_url=postgres_url)
     _check_every_attack_is_named(settings, "postgresql", _postgres_copies(postgres_url))
+
+
+def _clgate(settings: Settings, *argv: str, key_file: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    env["CLGATE_DATA_DIR"] = str(settings.data_dir)
+    if settings.database_url:
+        env["CLGATE_DATABASE_URL"] = settings.database_url
+    if key_file is not None:
+        env["CLGATE_SIGNING_KEY_FILE"] = str(key_file)
+    return subprocess.run(
+        [sys.executable, "-m", "clgate", *argv],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _add_event(settings: Settings, action: str, key_file: Path | None = None) -> None:
+    settings = settings.model_copy(update={"signing_key_file": key_file}) if key_file else settings
+    store = open_store(settings)
+    with session_scope(store.sessions) as s:
+        audit(s, "key:a", action, "thing", action)
+    store.close()
+
+
+def test_heads_of_empty_families_stay_valid_as_they_grow(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    open_store(settings, migrate=True).close()
+    heads = tmp_path / "heads.json"
+    taken = _clgate(settings, "audit", "heads")
+    assert taken.returncode == 0, taken.stderr
+    heads.write_text(taken.stdout)
+    assert {h["family"]: h["length"] for h in json.loads(taken.stdout)["heads"]}["waivers"] == 0
+    _seed(settings)
+    grown = _clgate(settings, "audit", "verify", "--anchor", "waivers:0:" + "0" * 64, "--head", str(heads))
+    assert grown.returncode == 0, grown.stdout + grown.stderr
+    assert "ok history waivers: 2 entries" in grown.stdout
+    forged = _clgate(settings, "audit", "verify", "--anchor", "waivers:0:" + "f" * 64)
+    assert forged.returncode == 1
+
+
+def test_rollback_and_fork_are_caught_with_a_head_taken_later(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    _seed(settings)
+    db = settings.data_dir / "clgate.db"
+    snapshot = tmp_path / "snapshot.db"
+    shutil.copyfile(db, snapshot)
+    _add_event(settings, "key.revoked")
+    heads = tmp_path / "heads.json"
+    heads.write_text(_clgate(settings, "audit", "heads").stdout)
+    shutil.copyfile(snapshot, db)  # the whole database rolled back: every record in it is signed
+    for leftover in ("clgate.db-wal", "clgate.db-shm"):
+        (settings.data_dir / leftover).unlink(missing_ok=True)
+    assert _clgate(settings, "audit", "verify").returncode == 0  # consistent on its own …
+    rolled = _clgate(settings, "audit", "verify", "--head", str(heads))
+    assert rolled.returncode == 1, rolled.stdout  # … but shorter than a head taken before
+    assert "BROKEN head" in rolled.stdout and "audit_events" in rolled.stdout and "shorter" in rolled.stdout
+    _add_event(settings, "something.else")  # a fork: as long as the head, another record at its end
+    forked = _clgate(settings, "audit", "verify", "--head", str(heads))
+    assert forked.returncode == 1 and "differs from the head" in forked.stdout, forked.stdout
+    document = json.loads(heads.read_text())
+    document["heads"][0]["length"] += 1  # a head edited by hand no longer carries a valid signature
+    heads.write_text(json.dumps(document))
+    edited = _clgate(settings, "audit", "verify", "--head", str(heads))
+    assert edited.returncode == 1 and "bad signature" in edited.stdout
+    assert _clgate(settings, "audit", "verify", "--head", str(tmp_path / "none.json")).returncode == 2
+
+
+def test_rotation_keeps_old_records_valid_and_trusts_only_what_a_trusted_key_signed(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data")
+    _seed(settings)
+    old_pub = tmp_path / "old.pub"
+    old_pub.write_text(_clgate(settings, "audit", "public-key").stdout)
+    new_key = tmp_path / "secrets" / "new.key"
+    rotated = _clgate(settings, "audit", "rotate-key", str(new_key))
+    assert rotated.returncode == 0, rotated.stderr
+    assert new_key.stat().st_mode & 0o777 == 0o600
+    _add_event(settings, "after.rotation", key_file=new_key)
+    new_pub = tmp_path / "new.pub"
+    new_pub.write_text(_clgate(settings, "audit", "public-key", key_file=new_key).stdout)
+    assert new_pub.read_text() != old_pub.read_text()
+    engine = create_engine(settings.resolved_database_url())
+    with engine.connect() as conn:
+        signers = conn.execute(
+            text("SELECT DISTINCT key_id FROM history WHERE family = 'audit_events'")
+        ).all()
+    engine.dispose()
+    assert len(signers) == 2  # records before the rotation under the old key, after it under the new
+    ok = _clgate(settings, "audit", "verify", "--key", str(old_pub))
+    assert ok.returncode == 0, ok.stdout  # the new key is trusted because the old one introduced it
+    both = _clgate(settings, "audit", "verify", "--key", str(old_pub), "--key", str(new_pub))
+    assert both.returncode == 0, both.stdout
+    only_new = _clgate(settings, "audit", "verify", "--key", str(new_pub))
+    assert only_new.returncode == 1 and "not trusted" in only_new.stdout
+    bad = tmp_path / "bad.pub"
+    bad.write_text("ed25519:nonsense")
+    refused = _clgate(settings, "audit", "verify", "--key", str(bad))
+    assert refused.returncode == 2 and "--key" in refused.stderr
+
+
+def test_a_key_of_the_writers_own_is_not_trusted(tmp_path):
+    """A writer with the database and a key of its own signs a forged record: the key is not trusted."""
+    settings = Settings(data_dir=tmp_path / "data")
+    _seed(settings)
+    mallory = tmp_path / "mallory.key"
+    write_new_key(mallory)
+    _add_event(settings, "job.waived", key_file=mallory)
+    result = _clgate(settings, "audit", "verify")
+    assert result.returncode == 1
+    assert "BROKEN history signing_keys: seq" in result.stdout and "not trusted" in result.stdout, (
+        result.stdout
+    )
+    assert "BROKEN history audit_events: seq" in result.stdout, result.stdout
+    assert isinstance(load_signer(mallory), Signer)
