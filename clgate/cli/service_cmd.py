@@ -277,7 +277,7 @@ def db_grant(
     from clgate.store import open_store
     from clgate.store.db import grant_app_role
 
-    store = open_store(_settings(data_dir))
+    store = open_store(_settings(data_dir), sign=False)
     try:
         grant_app_role(store.engine, app_role)
     except ValueError as exc:
