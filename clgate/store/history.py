@@ -425,6 +425,14 @@ def signed_heads(session: Session, signer: Signer) -> list[dict[str, Any]]:
     return heads
 
 
+def heads_now(session: Session) -> dict[str, Any]:
+    """``{public_key, key_id, heads}`` signed by the session's key (a store opened to sign)."""
+    signer: Signer | None = session.info.get("signer")
+    if signer is None:
+        raise RuntimeError("this store was opened without its signing key: it cannot sign heads")
+    return {"public_key": signer.public_text, "key_id": signer.key_id, "heads": signed_heads(session, signer)}
+
+
 def check_head(
     session: Session, head: Mapping[str, Any], trusted: Mapping[str, Ed25519PublicKey]
 ) -> str | None:

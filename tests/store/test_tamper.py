@@ -366,3 +366,22 @@ def test_a_key_of_the_writers_own_is_not_trusted(tmp_path):
     )
     assert "BROKEN history audit_events: seq" in result.stdout, result.stdout
     assert isinstance(load_signer(mallory), Signer)
+
+
+def test_the_api_exports_signed_heads_and_the_gauges_count_entries(api, tmp_path):
+    """``GET /v1/audit/heads`` gives heads `audit verify --head` accepts; /metrics counts entries."""
+    r = api.get("/v1/audit/heads", headers=api.as_role("viewer"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    lengths = {h["family"]: h["length"] for h in body["heads"]}
+    assert lengths["api_keys"] >= 4 and set(lengths) == set(history.FAMILIES)
+    assert api.get("/v1/audit/heads").status_code == 401
+    heads = tmp_path / "api-heads.json"
+    heads.write_text(r.text)
+    public = tmp_path / "api.pub"
+    public.write_text(body["public_key"])
+    settings = api.settings
+    ok = _clgate(settings, "audit", "verify", "--head", str(heads), "--key", str(public))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    metrics = api.get("/metrics", headers=api.as_role("viewer")).text
+    assert f'clgate_history_entries{{family="api_keys"}} {float(lengths["api_keys"])}' in metrics, metrics
