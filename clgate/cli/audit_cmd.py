@@ -98,10 +98,14 @@ def _load_heads(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
                 document = json.loads(Path(source).read_text(encoding="utf-8"))
         except Exception as exc:  # a file or a URL given by the operator: any failure is a bad option
             raise _fail(f"--head: {source}: {exc}") from None
-        if isinstance(document, dict):
-            document = document.get("heads", document.get("history_heads"))
+        if isinstance(document, dict):  # {"heads": …} (API, `audit heads`) or a decision.json
+            provenance = document.get("provenance")
+            inner = provenance.get("history_heads") if isinstance(provenance, dict) else None
+            document = document.get("heads", inner)
         if not isinstance(document, list) or not all(isinstance(h, dict) for h in document):
-            raise _fail(f"--head: {source}: holds no signed heads (a list, 'heads' or 'history_heads')")
+            raise _fail(
+                f"--head: {source}: holds no signed heads (a list, 'heads' or provenance.history_heads)"
+            )
         out.extend((source, h) for h in document)
     return out
 

@@ -433,6 +433,15 @@ def heads_now(session: Session) -> dict[str, Any]:
     return {"public_key": signer.public_text, "key_id": signer.key_id, "heads": signed_heads(session, signer)}
 
 
+def store_heads(store: Any) -> list[dict[str, Any]]:
+    """The signed heads of ``store`` (a :class:`clgate.store.Store`), for a decision's provenance
+    (``history_heads`` in decision.json and the reports); empty when the store holds no signing key."""
+    if store.signer is None:
+        return []
+    with store.sessions() as s:
+        return signed_heads(s, store.signer)
+
+
 def check_head(
     session: Session, head: Mapping[str, Any], trusted: Mapping[str, Ed25519PublicKey]
 ) -> str | None:

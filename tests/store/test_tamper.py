@@ -368,7 +368,9 @@ def test_a_key_of_the_writers_own_is_not_trusted(tmp_path):
     assert isinstance(load_signer(mallory), Signer)
 
 
-def test_the_api_exports_signed_heads_and_the_gauges_count_entries(api, tmp_path):
+def test_the_api_exports_signed_heads_and_the_gauges_count_entries(
+    api, tmp_path, example_log, gate_example_log
+):
     """``GET /v1/audit/heads`` gives heads `audit verify --head` accepts; /metrics counts entries."""
     r = api.get("/v1/audit/heads", headers=api.as_role("viewer"))
     assert r.status_code == 200, r.text
@@ -385,3 +387,16 @@ def test_the_api_exports_signed_heads_and_the_gauges_count_entries(api, tmp_path
     assert ok.returncode == 0, ok.stdout + ok.stderr
     metrics = api.get("/metrics", headers=api.as_role("viewer")).text
     assert f'clgate_history_entries{{family="api_keys"}} {float(lengths["api_keys"])}' in metrics, metrics
+    # every decision.json carries the heads signed when it was gated (its provenance, printed in report.html)
+    job = gate_example_log(api, api.as_role("admin"), example_log)
+    decision = api.get(f"/v1/jobs/{job['id']}/results/decision.json", headers=api.as_role("viewer"))
+    heads = decision.json()["provenance"]["history_heads"]
+    assert {h["family"] for h in heads} == set(history.FAMILIES)
+    saved = tmp_path / "decision.json"
+    saved.write_bytes(decision.content)
+    checked = _clgate(settings, "audit", "verify", "--head", str(saved), "--key", str(public))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (
+        "history_heads"
+        in api.get(f"/v1/jobs/{job['id']}/results/report.html", headers=api.as_role("viewer")).text
+    )
