@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -107,9 +108,17 @@ def load_or_create(path: Path, *, create: bool) -> Signer:
     """The key in ``path``; when it does not exist and ``create``, a new one written there (0600)."""
     if create and not path.exists():
         try:
-            return write_new_key(path)
+            signer = write_new_key(path)
         except FileExistsError:  # another process of this store made it first
             pass
+        else:
+            logging.getLogger("clgate.store").warning(
+                "created the history's signing key: it is in %s (mode 600); its public key is %s "
+                "(`clgate audit public-key`)",
+                path,
+                signer.public_text,
+            )
+            return signer
     return load_signer(path)
 
 
