@@ -300,7 +300,7 @@ def test_grants_are_only_what_the_application_needs():
     from clgate.store.models import Base
 
     grants = app_role_grants(sorted(Base.metadata.tables))
-    for table in ("decisions", "waivers", "audit_events", "job_files"):
+    for table in ("decisions", "waivers", "audit_events", "job_files", "history", "signing_keys"):
         assert grants[table] == "SELECT, INSERT", table
     assert grants["chain_heads"] == "SELECT, UPDATE"
     assert all("TRUNCATE" not in g and "TRIGGER" not in g and "REFERENCES" not in g for g in grants.values())
