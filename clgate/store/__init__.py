@@ -4,7 +4,9 @@
 Every query lives here, one module per record family — :mod:`~clgate.store.jobs`,
 :mod:`~clgate.store.decisions`, :mod:`~clgate.store.policies`, :mod:`~clgate.store.keys`,
 :mod:`~clgate.store.baselines`, :mod:`~clgate.store.audit`, :mod:`~clgate.store.uploads`,
-:mod:`~clgate.store.stats` — with the project scope (:mod:`~clgate.store.scope`) beside them; the API, the
+:mod:`~clgate.store.stats` — with the project scope (:mod:`~clgate.store.scope`) beside them, and the
+signed history of the records that decide verdicts and rights (:mod:`~clgate.store.history`, signed with
+the key of :mod:`~clgate.store.signing`); the API, the
 workers and the CLI call them and write no SQL of their own. A refused request is a
 :class:`clgate.store.errors.RecordError`. Nothing here imports FastAPI or Celery.
 """
