@@ -400,3 +400,32 @@ def test_the_api_exports_signed_heads_and_the_gauges_count_entries(
         "history_heads"
         in api.get(f"/v1/jobs/{job['id']}/results/report.html", headers=api.as_role("viewer")).text
     )
+
+
+def test_an_upgraded_store_is_sealed_by_the_first_process_with_the_key(tmp_path):
+    from clgate.store.db import upgrade
+
+    settings = Settings(data_dir=tmp_path / "data")
+    url = settings.resolved_database_url()
+    upgrade(url, "0003r")  # a store from before the signed history, with a key in it
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO api_keys (id, name, role, project, secret_sha256, created_at) "
+                "VALUES ('old', 'old', 'viewer', 'default', :h, '2026-01-01 00:00:00')"
+            ),
+            {"h": "0" * 64},
+        )
+    upgraded = _clgate(settings, "db", "upgrade")  # the migration holds no key and signs nothing
+    assert upgraded.returncode == 0 and not settings.signing_key_path().exists(), upgraded.stderr
+    open_store(settings, migrate=True).close()  # the API's start with the key seals what is there
+    with engine.connect() as conn:
+        kinds = conn.execute(text("SELECT family, kind FROM history ORDER BY id")).all()
+    assert ("api_keys", "legacy") in kinds and ("signing_keys", "seal") in kinds
+    assert _clgate(settings, "audit", "verify").returncode == 0
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE api_keys SET role = 'admin' WHERE id = 'old'"))
+    engine.dispose()
+    edited = _clgate(settings, "audit", "verify")
+    assert edited.returncode == 1 and "BROKEN history api_keys: seq 1 (record old)" in edited.stdout
