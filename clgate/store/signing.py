@@ -98,9 +98,14 @@ def write_new_key(path: Path) -> Signer:
     """A new key written to ``path`` with mode 0600 (refuses to overwrite a file)."""
     signer = Signer.generate()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(signer.pem())
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(signer.pem())
+        os.link(partial, path)  # whole or absent: another process never reads half a key
+    finally:
+        partial.unlink(missing_ok=True)
     return signer
 
 
