@@ -429,3 +429,23 @@ def test_an_upgraded_store_is_sealed_by_the_first_process_with_the_key(tmp_path)
     engine.dispose()
     edited = _clgate(settings, "audit", "verify")
     assert edited.returncode == 1 and "BROKEN history api_keys: seq 1 (record old)" in edited.stdout
+
+
+@pytest.mark.integration
+def test_rollback_to_an_older_snapshot_is_caught_on_postgresql(tmp_path, postgres_url):
+    settings = Settings(data_dir=tmp_path / "data", database_url=postgres_url)
+    _seed(settings)
+    snapshot = _postgres_copies(postgres_url)("snapshot")  # the database as it was
+    _add_event(settings, "key.revoked")
+    store = open_store(settings)
+    with store.sessions() as s:
+        heads = history.signed_heads(s, store.signer)  # taken later, kept outside the database
+    trusted = history.trusted_keys([store.signer.public])
+    store.close()
+    engine = create_engine(snapshot)  # what a restore of the snapshot would serve
+    with make_sessionmaker(engine)() as s:
+        assert all(r.problem is None for r in history.verify(s, trusted))  # consistent on its own
+        why = {h["family"]: history.check_head(s, h, trusted) for h in heads}
+    engine.dispose()
+    assert why["audit_events"] is not None and "shorter" in why["audit_events"], why
+    assert why["decisions"] is None  # a family that did not move since is still a prefix
