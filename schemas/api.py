@@ -344,6 +344,23 @@ class AuditEventsPublic(BaseModel):
     count: int
 
 
+class SignedHead(BaseModel):
+    """A family's signed history head: keep it outside the database (``clgate audit verify --head``)."""
+
+    family: str
+    length: int
+    head_hash: str
+    at: str
+    key_id: str
+    signature: str
+
+
+class HistoryHeadsPublic(BaseModel):
+    public_key: str = Field(description="The signing key's public key (ed25519:<base64>).")
+    key_id: str
+    heads: list[SignedHead]
+
+
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from clgate._version import __version__
 from clgate.metrics.registry import REGISTRY
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
-from clgate.store import stats
+from clgate.store import history, stats
 from clgate.store.models import DEFAULT_PROJECT, as_utc, utcnow
 
 log = logging.getLogger("clgate.metrics")
@@ -76,6 +76,7 @@ class StoreCollector(Collector):
             yield from self._decisions(s)
             yield from self._jobs(s)
             yield from self._workers(s)
+            yield self._history(s)
         lengths = GaugeMetricFamily("clgate_queue_length", "Jobs waiting in the queue.", labels=["queue"])
         try:
             for queue, n in self.queue_lengths().items():
@@ -136,6 +137,16 @@ class StoreCollector(Collector):
         yield worst
         yield verdict
         yield stamp
+
+    def _history(self, s: Session) -> Metric:
+        entries = GaugeMetricFamily(
+            "clgate_history_entries",
+            "Signed history entries per record family (a fall means truncation or rollback).",
+            labels=["family"],
+        )
+        for family, n in history.lengths(s).items():
+            entries.add_metric([family], n)
+        return entries
 
     def _decisions(self, s: Session) -> Iterator[Metric]:
         counts = stats.decision_counts(s)

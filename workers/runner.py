@@ -25,7 +25,7 @@ import sqlalchemy.exc
 
 from clgate.schemas.errors import InputError
 from clgate.schemas.vocab import ENGINE_MODES
-from clgate.store import Store, shared_store
+from clgate.store import Store, history, shared_store
 from clgate.store import jobs as records
 from clgate.store.models import JobState
 from clgate.store.refs import check_paths, resolve_refs
@@ -215,6 +215,7 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         "service": {"job_id": job_id, "model_name": job.model_name, "mode": job.mode, "worker": actor},
         "baseline_job_id": job.baseline_job_id,
         "source_job_id": job.source_job_id,
+        "history_heads": history.store_heads(store),  # signed: `clgate audit verify --head decision.json`
     }
     decision = core.gate(logs, policy, baseline=baseline, out_dir=out, provenance=provenance)
     for name in RESULT_FILES:

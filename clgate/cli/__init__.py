@@ -11,7 +11,16 @@ import sys
 import typer
 
 from clgate._version import __version__
-from clgate.cli import engine_cmd, gate_cmd, import_cmd, metrics_cmd, release_cmd, remote_cmd, service_cmd
+from clgate.cli import (
+    audit_cmd,
+    engine_cmd,
+    gate_cmd,
+    import_cmd,
+    metrics_cmd,
+    release_cmd,
+    remote_cmd,
+    service_cmd,
+)
 from clgate.cli.extras import guard_commands
 from clgate.cli.help_text import make_readable
 
@@ -40,7 +49,16 @@ def _root(
 
 
 def _register() -> None:
-    for module in (metrics_cmd, import_cmd, engine_cmd, gate_cmd, release_cmd, service_cmd, remote_cmd):
+    for module in (
+        metrics_cmd,
+        import_cmd,
+        engine_cmd,
+        gate_cmd,
+        release_cmd,
+        service_cmd,
+        audit_cmd,
+        remote_cmd,
+    ):
         module.register(app)
     # Commands that need clgate[engine] or clgate[service] exit 2 naming the extra when it is missing.
     guard_commands(app)

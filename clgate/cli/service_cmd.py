@@ -1,6 +1,6 @@
 """``clgate serve``, ``clgate worker``, ``clgate exporter``, ``clgate keys create``, ``clgate db
 upgrade|grant``,
-``clgate audit verify``: the validation service.
+``clgate audit …`` (in :mod:`clgate.cli.audit_cmd`): the validation service.
 
 Settings come from ``CLGATE_*`` environment variables (see docs/service.md); options here override them.
 """
@@ -17,9 +17,6 @@ keys_app = typer.Typer(
 )
 db_app = typer.Typer(
     help="The service's record store (Alembic migrations, database roles).", no_args_is_help=True
-)
-audit_app = typer.Typer(
-    help="The tamper-evident history (hash chains of decisions, waivers, audit events).", no_args_is_help=True
 )
 
 
@@ -270,7 +267,7 @@ def db_upgrade(
     from clgate.store import open_store
     from clgate.store.db import current_revision
 
-    store = open_store(_settings(data_dir), migrate=True)
+    store = open_store(_settings(data_dir), migrate=True, sign=False)  # the migration holds no key
     typer.echo(f"database at revision {current_revision(store.engine)}")
     store.close()
 
@@ -290,7 +287,7 @@ def db_grant(
     from clgate.store import open_store
     from clgate.store.db import grant_app_role
 
-    store = open_store(_settings(data_dir))
+    store = open_store(_settings(data_dir), sign=False)
     try:
         grant_app_role(store.engine, app_role)
     except ValueError as exc:
@@ -301,106 +298,6 @@ def db_grant(
     typer.echo(f"granted the application rights to {app_role}")
 
 
-@audit_app.command("verify")
-def audit_verify(
-    anchor: list[str] = typer.Option(
-        [],
-        "--anchor",
-        help="CHAIN:SEQ:HASH printed by an earlier run (kept outside the database): that link "
-        "must still be in the chain. Repeatable.",
-    ),
-    decision: list[Path] = typer.Option(
-        [],
-        "--decision",
-        help="A decision.json written beside the reports: check its sha256 instead (no "
-        "database needed). Repeatable.",
-    ),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR)."),
-) -> None:
-    """Check the hash chains of decisions, waivers and audit events; name the first broken link.
-
-    Exit 0 when every chain is intact (each head is printed, as an anchor for a later run), 1 when one is
-    broken, 2 for bad options.
-    """
-    if decision:
-        raise typer.Exit(_verify_decision_files(decision))
-    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
-    from clgate.store import open_store
-    from clgate.store.chain import CHAINS, anchored, verify
-
-    anchors = []
-    for text in anchor:
-        parts = text.split(":")
-        if len(parts) != 3 or parts[0] not in CHAINS or not parts[1].isdigit() or len(parts[2]) != 64:
-            typer.echo(
-                f"error: --anchor: {text!r} is not CHAIN:SEQ:HASH with CHAIN one of {', '.join(CHAINS)}",
-                err=True,
-            )
-            raise typer.Exit(2)
-        anchors.append((parts[0], int(parts[1]), parts[2]))
-    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
-    from clgate.store.db import current_revision, head_revision
-
-    store = open_store(_settings(data_dir))
-    revision, head = current_revision(store.engine), head_revision()
-    if revision != head:
-        store.close()
-        typer.echo(
-            f"error: the database is at revision {revision or '(none)'}, not {head}: run `clgate db upgrade` "
-            "(or point CLGATE_DATA_DIR / CLGATE_DATABASE_URL at the service's store)",
-            err=True,
-        )
-        raise typer.Exit(2)
-    broken = False
-    try:
-        with store.sessions() as s:
-            for report in verify(s):
-                if report.broken is not None:
-                    broken = True
-                    typer.echo(f"BROKEN {report.broken}")
-                else:
-                    typer.echo(
-                        f"ok {report.chain}: {report.records} records, head "
-                        f"{report.chain}:{report.head_seq}:{report.head_hash}"
-                    )
-            for chain, seq, digest in anchors:
-                if not anchored(s, chain, seq, digest):
-                    broken = True
-                    typer.echo(
-                        f"BROKEN {chain}: seq {seq}: no longer has the anchored hash {digest[:12]}… "
-                        "(history rewritten?)"
-                    )
-    finally:
-        store.close()
-    raise typer.Exit(1 if broken else 0)
-
-
-def _verify_decision_files(paths: list[Path]) -> int:
-    """0 when every file's ``sha256`` matches its content, 1 when one does not, 2 when one is unreadable."""
-    import json
-
-    # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
-    from clgate.schemas.decision import decision_sha256
-
-    worst = 0
-    for path in paths:
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            typer.echo(f"error: --decision: {path}: {exc}", err=True)
-            worst = 2
-            continue
-        if not isinstance(document, dict) or not isinstance(document.get("sha256"), str):
-            typer.echo(f"BROKEN {path}: carries no sha256 (not a decision.json written by clgate?)")
-            worst = max(worst, 1)
-        elif decision_sha256(document) != document["sha256"]:
-            typer.echo(f"BROKEN {path}: content does not match its sha256 (edited?)")
-            worst = max(worst, 1)
-        else:
-            typer.echo(f"ok {path}: sha256 {document['sha256']}")
-    return worst
-
-
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("serve")(serve)
@@ -408,4 +305,3 @@ def register(app: typer.Typer) -> None:
     app.command("exporter")(exporter)
     app.add_typer(keys_app, name="keys")
     app.add_typer(db_app, name="db")
-    app.add_typer(audit_app, name="audit")

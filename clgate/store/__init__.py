@@ -4,7 +4,9 @@
 Every query lives here, one module per record family — :mod:`~clgate.store.jobs`,
 :mod:`~clgate.store.decisions`, :mod:`~clgate.store.policies`, :mod:`~clgate.store.keys`,
 :mod:`~clgate.store.baselines`, :mod:`~clgate.store.audit`, :mod:`~clgate.store.uploads`,
-:mod:`~clgate.store.stats` — with the project scope (:mod:`~clgate.store.scope`) beside them; the API, the
+:mod:`~clgate.store.stats` — with the project scope (:mod:`~clgate.store.scope`) beside them, and the
+signed history of the records that decide verdicts and rights (:mod:`~clgate.store.history`, signed with
+the key of :mod:`~clgate.store.signing`); the API, the
 workers and the CLI call them and write no SQL of their own. A refused request is a
 :class:`clgate.store.errors.RecordError`. Nothing here imports FastAPI or Celery.
 """
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.settings import Settings
+    from clgate.store.signing import Signer
 
 
 @dataclass
@@ -31,16 +34,25 @@ class Store:
     engine: Engine
     sessions: sessionmaker[Session]
     artifacts: ArtifactStore
+    signer: Signer | None = None  # signs the record history (clgate.store.history)
 
     def close(self) -> None:
         self.engine.dispose()
 
 
-def open_store(settings: Settings, *, migrate: bool = False) -> Store:
-    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``)."""
+def open_store(settings: Settings, *, migrate: bool = False, sign: bool = True) -> Store:
+    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``).
+
+    Its sessions sign the record history with the key of :meth:`Settings.signing_key_path` (created, mode
+    0600, when ``CLGATE_SIGNING_KEY_FILE`` is unset and ``<data_dir>/signing.key`` does not exist yet);
+    a key file that is set but unreadable raises :class:`clgate.store.signing.SigningKeyError`. With
+    ``sign=False`` (a verifier) nothing is created and the sessions sign nothing; ``Store.signer`` is
+    still the key when its file exists.
+    """
     # lazy: SQLAlchemy — importing clgate.store (for its settings) loads no database code until a store opens
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
+    from clgate.store.signing import load_or_create
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     url = settings.resolved_database_url()
@@ -52,10 +64,26 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
         pool_timeout_s=settings.db_pool_timeout_s,
         busy_timeout_s=settings.db_busy_timeout_s,
     )
-    sessions = make_sessionmaker(engine)
-    return Store(
-        settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions))
+    key_path = settings.signing_key_path()
+    signer = (
+        load_or_create(key_path, create=settings.signing_key_file is None)
+        if sign or key_path.exists()
+        else None
     )
+    sessions = make_sessionmaker(engine, signer=signer if sign else None)
+    store = Store(
+        settings,
+        engine,
+        sessions,
+        ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions)),
+        signer,
+    )
+    if migrate and sign and signer is not None:
+        # lazy: SQLAlchemy — importing clgate.store loads no database code until a store opens
+        from clgate.store.history import seal
+
+        seal(sessions, signer)  # records from before the signed history are sealed now, not at first write
+    return store
 
 
 def _auditor(sessions: sessionmaker[Session]):

@@ -11,8 +11,9 @@ The links are added in one place, a ``before_flush`` hook on every ORM session, 
 append a record without chaining it.
 
 The chain has no secret: someone who can write to the database can recompute every hash after an edit.
-What detects that is an anchor kept elsewhere — ``clgate audit verify`` prints each chain's head
-(``seq:hash``) and ``--anchor`` checks that a head recorded earlier is still in the chain.
+What detects that is the signed history (:mod:`clgate.store.history`), which covers these records and
+more with an Ed25519 signature, and an anchor kept elsewhere — ``clgate audit verify`` prints each
+chain's head (``seq:hash``) and ``--anchor`` checks that a head recorded earlier is still in the chain.
 
 >>> h = link_hash("audit_events", 1, GENESIS, {"action": "x"})
 >>> len(h), h == link_hash("audit_events", 1, GENESIS, {"action": "x"})
@@ -287,6 +288,11 @@ def verify(session: Session) -> list[ChainReport]:
 
 
 def anchored(session: Session, chain: str, seq: int, record_hash: str) -> bool:
-    """Whether record ``seq`` of ``chain`` still has ``record_hash`` (a head recorded elsewhere earlier)."""
+    """Whether record ``seq`` of ``chain`` still has ``record_hash`` (a head recorded elsewhere earlier).
+
+    The head of an empty chain (``seq`` 0, the genesis hash) is a prefix of every chain, grown or not.
+    """
+    if seq == 0:
+        return record_hash == GENESIS
     cls, _, _ = CHAINS[chain]
     return session.scalar(select(cls.record_hash).where(cls.seq == seq)) == record_hash

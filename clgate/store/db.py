@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate.store import chain as _chain  # noqa: F401 - registers the hook that chains appended records
+from clgate.store import history as _history  # noqa: F401 - then the hook that signs the history
 from clgate.store.models import AuditEvent
 
 STORE_DIR = Path(__file__).resolve().parent
@@ -125,8 +126,10 @@ def describe_db_error(exc: BaseException) -> str:
     return f"the database is unavailable ({type(exc).__name__}: {message[:200]})"
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def make_sessionmaker(engine: Engine, *, signer: Any = None) -> sessionmaker[Session]:
+    """Sessions of ``engine``; with ``signer`` (a :class:`clgate.store.signing.Signer`) they sign the
+    record history. Without one, records are written unsigned and ``clgate audit verify`` names them."""
+    return sessionmaker(engine, expire_on_commit=False, info={"signer": signer} if signer else {})
 
 
 @contextmanager
@@ -217,7 +220,17 @@ def audit(
 
 
 # Rights of the application role on PostgreSQL (`clgate db grant`): what the API and the workers do.
-READ_APPEND = ("decisions", "waivers", "audit_events", "job_files", "project_artifacts", "models", "policies")
+READ_APPEND = (
+    "decisions",
+    "waivers",
+    "audit_events",
+    "job_files",
+    "project_artifacts",
+    "models",
+    "policies",
+    "history",
+    "signing_keys",
+)
 READ_ONLY = ("alembic_version",)
 CHAIN_HEADS = ("chain_heads",)
 

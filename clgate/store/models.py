@@ -244,6 +244,41 @@ class ChainHead(Base):
     at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
+class HistoryEntry(Base):
+    """One signed link of the record history (:mod:`clgate.store.history`): a family's ``seq``-th state of
+    one record (``subject``), its content's SHA-256, the previous link's hash and an Ed25519 signature."""
+
+    __tablename__ = "history"
+    __table_args__ = (
+        UniqueConstraint("family", "seq", name="uq_history_family_seq"),
+        Index("ix_history_subject", "family", "subject"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    family: Mapped[str] = mapped_column(String(32))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    subject: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))  # state | legacy | deleted
+    content_sha256: Mapped[str] = mapped_column(String(64))
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    record_hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str] = mapped_column(String(16))
+    signature: Mapped[str] = mapped_column(String(128))
+
+
+class SigningKey(Base):
+    """A public key that signed history, introduced by a signed ``signing_keys`` entry (by itself for the
+    first key, by the key before it after a rotation)."""
+
+    __tablename__ = "signing_keys"
+
+    key_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    introduced_by: Mapped[str] = mapped_column(String(16))
+
+
 class WorkerHeartbeat(Base):
     """A worker (Celery or embedded) alive and consuming the named queues."""
 

@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs "
         "a viewer key and the interactive pages are not served (the API's shape is not public by default).",
     )
+    signing_key_file: Path | None = Field(
+        None,
+        description="Ed25519 private key (PEM) that signs the record history; a secret file the database "
+        "never holds. Unset: <data_dir>/signing.key, created (mode 0600) on first start.",
+    )
     # ------------------------------------------------------------ reliability (load and faults)
     api_concurrency: Annotated[int, Field(ge=1, le=1024)] = Field(
         32,
@@ -193,6 +198,10 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir.resolve() / 'clgate.db'}"
+
+    def signing_key_path(self) -> Path:
+        """Where the history's signing key is: ``CLGATE_SIGNING_KEY_FILE`` or ``<data_dir>/signing.key``."""
+        return self.signing_key_file or self.data_dir / "signing.key"
 
     @property
     def artifact_dir(self) -> Path:

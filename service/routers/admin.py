@@ -12,6 +12,7 @@ from clgate.schemas.api import (
     BaselinePublic,
     BaselineSet,
     BaselinesPublic,
+    HistoryHeadsPublic,
     KeyCreate,
     KeyCreated,
     KeyPublic,
@@ -21,7 +22,7 @@ from clgate.schemas.api import (
 )
 from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor, scope
 from clgate.service.limits import MAX_SKIP
-from clgate.store import audit
+from clgate.store import audit, history
 from clgate.store import baselines as baseline_records
 from clgate.store import keys as key_records
 
@@ -70,6 +71,15 @@ def list_audit(
         limit=limit,
     )
     return AuditEventsPublic(count=count, data=[AuditEventPublic.model_validate(e) for e in rows])
+
+
+@audit_router.get(
+    "/heads", response_model=HistoryHeadsPublic, summary="Signed heads of the record history, for verifiers"
+)
+def history_heads(session: SessionDep, key: Viewer):
+    """Each family's length and head hash, signed now: keep it elsewhere and give it to
+    `clgate audit verify --head FILE|URL` later, which fails if the history was truncated or rolled back."""
+    return HistoryHeadsPublic.model_validate(history.heads_now(session))
 
 
 @keys.get("/whoami", response_model=WhoAmI, summary="The key making the request")

@@ -256,6 +256,11 @@ def test_application_role_on_postgresql(
         "DROP FUNCTION decisions_append_only() CASCADE",
         "CREATE TRIGGER t BEFORE INSERT ON audit_events FOR EACH ROW EXECUTE FUNCTION "
         "audit_events_append_only()",
+        "UPDATE history SET signature = 'x'",
+        "DELETE FROM history",
+        "TRUNCATE history",
+        "DELETE FROM signing_keys",
+        "ALTER TABLE history DISABLE TRIGGER USER",
     ]
     for statement in refused:
         with (
@@ -266,9 +271,27 @@ def test_application_role_on_postgresql(
         assert "append-only" not in str(err.value), (
             statement
         )  # refused for lack of rights, before any trigger
-    app_engine.dispose()
     settings = Settings(data_dir=tmp_path / "data", database_url=postgres_url)
     assert _verify(settings).returncode == 0
+    # what the application role can still do without the signing key is named by `audit verify`
+    with app_engine.begin() as conn:
+        conn.execute(text("UPDATE api_keys SET role = 'admin' WHERE name = 'second'"))
+        conn.execute(
+            text("UPDATE jobs SET state = 'running', finished_at = NULL WHERE id = :j"), {"j": job["id"]}
+        )
+        conn.execute(
+            text(
+                "INSERT INTO waivers (id, decision_id, job_id, justification, approver, created_at, project, "
+                "seq, prev_hash, record_hash) SELECT 'forged', decision_id, job_id, 'out of nothing', "
+                "'key:self', now(), project, seq + 1, record_hash, :h FROM waivers"
+            ),
+            {"h": "0" * 64},
+        )
+    app_engine.dispose()
+    caught = _verify(settings)
+    assert caught.returncode == 1, caught.stdout
+    for named in ("history api_keys: seq", "history jobs: seq", "history waivers: table (record forged)"):
+        assert f"BROKEN {named}" in caught.stdout, caught.stdout
     owner.dispose()
 
 
@@ -277,7 +300,7 @@ def test_grants_are_only_what_the_application_needs():
     from clgate.store.models import Base
 
     grants = app_role_grants(sorted(Base.metadata.tables))
-    for table in ("decisions", "waivers", "audit_events", "job_files"):
+    for table in ("decisions", "waivers", "audit_events", "job_files", "history", "signing_keys"):
         assert grants[table] == "SELECT, INSERT", table
     assert grants["chain_heads"] == "SELECT, UPDATE"
     assert all("TRUNCATE" not in g and "TRIGGER" not in g and "REFERENCES" not in g for g in grants.values())
