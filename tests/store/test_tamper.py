@@ -407,7 +407,7 @@ def test_an_upgraded_store_is_sealed_by_the_first_process_with_the_key(tmp_path)
 
     settings = Settings(data_dir=tmp_path / "data")
     url = settings.resolved_database_url()
-    upgrade(url, "0003r")  # a store from before the signed history, with a key in it
+    upgrade(url, "0004w")  # a store from before the signed history, with a key in it
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(

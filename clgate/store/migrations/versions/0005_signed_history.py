@@ -6,15 +6,15 @@ application role gets SELECT and INSERT only). Each family gets its head row in 
 the store with the signing key seals the records written before, one signed ``legacy`` entry each and a
 ``seal`` entry counting them (``clgate.store.history``).
 
-Revision ID: 0004h
-Revises: 0003r
+Revision ID: 0005h
+Revises: 0004w
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004h"
-down_revision = "0003r"
+revision = "0005h"
+down_revision = "0004w"
 branch_labels = None
 depends_on = None
 
