@@ -100,42 +100,18 @@ class Recorder:
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
-        x = _as_tensor(x_test, "x_test")
-        y = _as_tensor(y_test, "y_test")
-        if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
-            raise EngineInputError(
-                f"y_test: expected a 1-D integer label array, got {tuple(y.shape)} {y.dtype}"
-            )
-        if len(x) != len(y):
-            raise EngineInputError(f"x_test/y_test: {len(x)} inputs but {len(y)} labels")
-        groups = [[int(c) for c in g] for g in tasks]
+        x, y, groups = _checked_heldout(x_test, y_test, tasks)
         n_classes = sum(len(g) for g in groups)
-        if not groups or n_classes == 0:
-            raise EngineInputError("tasks: at least one task with at least one class is required")
-        if any(not g for g in groups):
-            raise EngineInputError("tasks: a task must hold at least one class")
-        _check_cover([c for g in groups for c in g], n_classes, "tasks")
         self.tasks = groups
-        y = y.long()
-        if len(y) and (int(y.min()) < 0 or int(y.max()) >= n_classes):
-            raise EngineInputError(f"y_test: labels must be 0 … {n_classes - 1} (the classes of tasks)")
-        missing = sorted(set(range(n_classes)) - set(torch.unique(y).tolist()))
-        if missing:
-            raise EngineInputError(
-                f"y_test: class(es) {missing} have no held-out samples (every class needs some)"
-            )
-        if class_names is not None and len(class_names) != n_classes:
-            raise EngineInputError(f"class_names: {len(class_names)} names for {n_classes} classes")
-        if eval_every is not None and eval_every < 1:
-            raise EngineInputError(f"eval_every: must be ≥ 1 or None, got {eval_every}")
-        if subsample_per_task is not None and subsample_per_task < 1:
-            raise EngineInputError(f"subsample_per_task: must be ≥ 1 or None, got {subsample_per_task}")
-        if batch_size is not None and batch_size < 1:
-            raise EngineInputError(f"batch_size: must be ≥ 1, got {batch_size}")
-        if predict_over not in ("seen", "all"):
-            raise EngineInputError(f"predict_over: 'seen' or 'all', got {predict_over!r}")
-        if precision not in ("fp32", "bf16"):
-            raise EngineInputError(f"precision: 'fp32' or 'bf16', got {precision!r}")
+        _check_options(
+            n_classes,
+            class_names=class_names,
+            eval_every=eval_every,
+            subsample_per_task=subsample_per_task,
+            batch_size=batch_size,
+            predict_over=predict_over,
+            precision=precision,
+        )
         self.device: torch.device | None = (
             device if isinstance(device, torch.device) or device is None else resolve_device(device)
         )
@@ -374,3 +350,57 @@ class Recorder:
                 ops_pass=int(train_size) * cost.train_muladds,
             )
         )
+
+
+def _checked_heldout(
+    x_test: Any, y_test: Any, tasks: Sequence[Sequence[int]]
+) -> tuple[torch.Tensor, torch.Tensor, list[list[int]]]:
+    """The held-out inputs and labels as tensors (labels as int64) and the task split, each checked:
+    every class of the tasks is covered once and has held-out samples."""
+    x = _as_tensor(x_test, "x_test")
+    y = _as_tensor(y_test, "y_test")
+    if y.ndim != 1 or y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise EngineInputError(f"y_test: expected a 1-D integer label array, got {tuple(y.shape)} {y.dtype}")
+    if len(x) != len(y):
+        raise EngineInputError(f"x_test/y_test: {len(x)} inputs but {len(y)} labels")
+    groups = [[int(c) for c in g] for g in tasks]
+    n_classes = sum(len(g) for g in groups)
+    if not groups or n_classes == 0:
+        raise EngineInputError("tasks: at least one task with at least one class is required")
+    if any(not g for g in groups):
+        raise EngineInputError("tasks: a task must hold at least one class")
+    _check_cover([c for g in groups for c in g], n_classes, "tasks")
+    y = y.long()
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+        raise EngineInputError(f"y_test: labels must be 0 … {n_classes - 1} (the classes of tasks)")
+    missing = sorted(set(range(n_classes)) - set(torch.unique(y).tolist()))
+    if missing:
+        raise EngineInputError(
+            f"y_test: class(es) {missing} have no held-out samples (every class needs some)"
+        )
+    return x, y, groups
+
+
+def _check_options(
+    n_classes: int,
+    *,
+    class_names: Sequence[str] | None,
+    eval_every: int | None,
+    subsample_per_task: int | None,
+    batch_size: int | None,
+    predict_over: str,
+    precision: str,
+) -> None:
+    """The recorder's options, each refused with its name and the reason."""
+    if class_names is not None and len(class_names) != n_classes:
+        raise EngineInputError(f"class_names: {len(class_names)} names for {n_classes} classes")
+    if eval_every is not None and eval_every < 1:
+        raise EngineInputError(f"eval_every: must be ≥ 1 or None, got {eval_every}")
+    if subsample_per_task is not None and subsample_per_task < 1:
+        raise EngineInputError(f"subsample_per_task: must be ≥ 1 or None, got {subsample_per_task}")
+    if batch_size is not None and batch_size < 1:
+        raise EngineInputError(f"batch_size: must be ≥ 1, got {batch_size}")
+    if predict_over not in ("seen", "all"):
+        raise EngineInputError(f"predict_over: 'seen' or 'all', got {predict_over!r}")
+    if precision not in ("fp32", "bf16"):
+        raise EngineInputError(f"precision: 'fp32' or 'bf16', got {precision!r}")
