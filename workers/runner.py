@@ -215,6 +215,7 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         "service": {"job_id": job_id, "model_name": job.model_name, "mode": job.mode, "worker": actor},
         "baseline_job_id": job.baseline_job_id,
         "source_job_id": job.source_job_id,
+        **job.provenance,  # candidate and build, as `clgate gate` names them
     }
     decision = core.gate(logs, policy, baseline=baseline, out_dir=out, provenance=provenance)
     for name in RESULT_FILES:
