@@ -192,8 +192,9 @@ class JobCreate(BaseModel):
     def provenance(self) -> JobProvenance:
         """The candidate (``model_name``, ``candidate_version``) and the build, as stored on the job.
 
-        >>> JobCreate.model_validate({"mode": "metrics", "model_name": "digits-mlp", "candidate_version": "2.4.0",
-        ...     "policy": {"name": "p", "version": "1"}, "logs": ["sha256:" + "a" * 64]}).provenance().candidate
+        >>> body = {"mode": "metrics", "model_name": "digits-mlp", "candidate_version": "2.4.0",
+        ...         "policy": {"name": "p", "version": "1"}, "logs": ["sha256:" + "a" * 64]}
+        >>> JobCreate.model_validate(body).provenance().candidate
         CandidatePublic(name='digits-mlp', version='2.4.0')
         """
         return JobProvenance(
@@ -286,7 +287,8 @@ class JobPublic(FromRecord):
     waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
     project: str = "default"
     provenance: JobProvenance | None = Field(
-        None, description="The candidate and build the job certifies (null on jobs recorded before it was kept)."
+        None,
+        description="The candidate and build the job certifies (null on jobs recorded before it was kept).",
     )
 
     @field_validator("progress", mode="before")

@@ -22,8 +22,8 @@ from clgate.provenance import build_info
 from clgate.schemas.api import (
     ArtifactPublic,
     BaselinePublic,
-    BuildInfo,
     BaselinesPublic,
+    BuildInfo,
     DecisionPublic,
     JobCreate,
     JobPublic,
