@@ -76,6 +76,9 @@ def test_the_decision_its_reports_and_its_audit_event_name_the_build(api, log_re
     line = next(x for x in first if x.startswith("Candidate "))
     assert "defect-classifier 2.4.0" in line and COMMIT[:12] in line and RUN_URL in line, first
 
+    html = api.get(f"{results}/report.html", headers=h).text
+    assert "defect-classifier 2.4.0" in html and COMMIT[:12] in html
+
     junit = ET.fromstring(api.get(f"{results}/junit.xml", headers=h).content)
     props = {p.get("name"): p.get("value") for p in junit.iter("property")}
     assert props["candidate"] == "defect-classifier" and props["candidate_version"] == "2.4.0"
