@@ -3,11 +3,11 @@
 Pure (no framework): the commit and the run are read from the standard variables of the CI that runs the
 gate, so a report, ``decision.json`` and the JUnit properties name the build without any flag.
 
->>> build_info({"GITHUB_SHA": "abc123", "GITHUB_SERVER_URL": "https://github.com",
+>>> build_info({"GITHUB_SHA": "abc1234", "GITHUB_SERVER_URL": "https://github.com",
 ...             "GITHUB_REPOSITORY": "acme/vision", "GITHUB_RUN_ID": "42"})
-{'ci': 'github', 'commit': 'abc123', 'run_url': 'https://github.com/acme/vision/actions/runs/42'}
->>> build_info({"CI_COMMIT_SHA": "def456", "CI_PIPELINE_URL": "https://gitlab.com/acme/vision/-/pipelines/7"})
-{'ci': 'gitlab', 'commit': 'def456', 'run_url': 'https://gitlab.com/acme/vision/-/pipelines/7'}
+{'ci': 'github', 'commit': 'abc1234', 'run_url': 'https://github.com/acme/vision/actions/runs/42'}
+>>> build_info({"CI_COMMIT_SHA": "def4567", "CI_PIPELINE_URL": "https://gitlab.com/acme/vision/-/pipelines/7"})
+{'ci': 'gitlab', 'commit': 'def4567', 'run_url': 'https://gitlab.com/acme/vision/-/pipelines/7'}
 >>> build_info({}) is None
 True
 """
@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from pydantic import ValidationError
+
+from clgate.schemas.api import BuildInfo
+from clgate.schemas.errors import problems_of
 
 
 def _github(env: Mapping[str, str]) -> str | None:
@@ -41,11 +46,23 @@ def build_info(environ: Mapping[str, str]) -> dict[str, Any] | None:
     GitHub Actions: ``GITHUB_SHA`` and ``GITHUB_SERVER_URL/GITHUB_REPOSITORY/actions/runs/GITHUB_RUN_ID``;
     GitLab: ``CI_COMMIT_SHA``, ``CI_PIPELINE_URL``; Buildkite: ``BUILDKITE_COMMIT``,
     ``BUILDKITE_BUILD_URL``; Jenkins: ``GIT_COMMIT``, ``BUILD_URL``. ``run_url`` is ``None`` when the
-    CI's run variables are missing."""
+    CI's run variables are missing. The result is checked against the API's
+    :class:`~clgate.schemas.api.BuildInfo` (what a job submitted to the service carries): a malformed
+    variable raises ``ValueError`` naming it.
+
+    >>> build_info({"GIT_COMMIT": "not a commit"})
+    Traceback (most recent call last):
+    ValueError: GIT_COMMIT (jenkins): commit: String should match pattern '^[0-9a-fA-F]{7,64}$'
+    """
     for name, commit_var, run_url in _SOURCES:
         commit = (environ.get(commit_var) or "").strip()
         if commit:
-            return {"ci": name, "commit": commit, "run_url": run_url(environ) or None}
+            found = {"ci": name, "commit": commit, "run_url": run_url(environ) or None}
+            try:
+                BuildInfo.model_validate(found)
+            except ValidationError as exc:
+                raise ValueError(f"{commit_var} ({name}): {problems_of(exc)[0]}") from None
+            return found
     return None
 
 

@@ -117,6 +117,56 @@ class ArtifactsPublic(BaseModel):
     count: int
 
 
+CiName = Literal["github", "gitlab", "jenkins", "buildkite", "other"]
+
+
+class BuildInfo(BaseModel):
+    """The build a verdict certifies: its source commit and the CI run that built it — the shape
+    ``clgate.provenance.build_info`` reads from the CI's variables (and validates against this model).
+
+    >>> BuildInfo(ci="github", commit="1f2e3d4", run_url="https://github.com/acme/vision/actions/runs/42").ci
+    'github'
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    commit: str = Field(pattern=r"^[0-9a-fA-F]{7,64}$", description="Source commit: 7 to 64 hex digits.")
+    ci: CiName = Field("other", description="The CI that ran the build: " + ", ".join(get_args(CiName)) + ".")
+    run_url: str | None = Field(
+        None,
+        max_length=2000,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="http(s) address of the CI run.",
+    )
+    ref: str | None = Field(
+        None, min_length=1, max_length=255, pattern=r"^\S+$", description="Branch or tag (no spaces)."
+    )
+
+
+CandidateVersion = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._+:/-]*$",
+        description="The candidate's version (a release number, a commit): letters, digits and '._+:/-'.",
+    ),
+]
+
+
+class CandidatePublic(BaseModel):
+    name: str
+    version: str | None = None
+
+
+class JobProvenance(BaseModel):
+    """Which build a job certifies, as stored on the job and passed into its decision's provenance: the
+    candidate (the job's ``model_name`` and ``candidate_version``) and the ``build``."""
+
+    candidate: CandidatePublic
+    build: BuildInfo | None = None
+
+
 class JobCreate(BaseModel):
     """Submit a job: retrain or evaluate (a job spec) or metrics-only (uploaded evaluation logs)."""
 
@@ -132,6 +182,24 @@ class JobCreate(BaseModel):
     baseline: Literal["model", "none"] | Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")] = Field(
         "model", description="'model': the model name's baseline (if any); 'none'; or a job id."
     )
+    candidate_version: CandidateVersion | None = Field(
+        None, description="The version of the candidate (``model_name``) this job certifies."
+    )
+    build: BuildInfo | None = Field(
+        None, description="The build this job certifies (commit, CI run); `clgate remote` sends the CI's."
+    )
+
+    def provenance(self) -> JobProvenance:
+        """The candidate (``model_name``, ``candidate_version``) and the build, as stored on the job.
+
+        >>> body = {"mode": "metrics", "model_name": "digits-mlp", "candidate_version": "2.4.0",
+        ...         "policy": {"name": "p", "version": "1"}, "logs": ["sha256:" + "a" * 64]}
+        >>> JobCreate.model_validate(body).provenance().candidate
+        CandidatePublic(name='digits-mlp', version='2.4.0')
+        """
+        return JobProvenance(
+            candidate=CandidatePublic(name=self.model_name, version=self.candidate_version), build=self.build
+        )
 
     @model_validator(mode="after")
     def _mode_inputs(self) -> JobCreate:
@@ -218,6 +286,10 @@ class JobPublic(FromRecord):
     verdict: Verdict | None = None
     waived: bool = Field(False, description="A waiver of the FAIL is in force (not expired).")
     project: str = "default"
+    provenance: JobProvenance | None = Field(
+        None,
+        description="The candidate and build the job certifies (null on jobs recorded before it was kept).",
+    )
 
     @field_validator("progress", mode="before")
     @classmethod

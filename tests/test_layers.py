@@ -40,8 +40,18 @@ ABOVE_THE_CORE = ("clgate.engine", "clgate.store", "clgate.workers", "clgate.ser
 LAYERS_ABOVE = {
     "clgate._version": ("clgate.",),  # the version imports nothing
     "clgate.fmt": ("clgate.",),  # number formatting, used by every renderer: imports nothing of clgate
-    # build provenance read from CI variables (used by the CLI and the reports): imports nothing of clgate
-    "clgate.provenance": ("clgate.",),
+    # build provenance read from CI variables (used by the CLI and the reports): the contract and nothing else
+    "clgate.provenance": (
+        "clgate.metrics",
+        "clgate.policy",
+        "clgate.fmeca",
+        "clgate.reports",
+        "clgate.gate",
+        "clgate.log_import",
+        "clgate.documents",
+        "clgate.presets",
+        *ABOVE_THE_CORE,
+    ),
     # the shipped policies by name (preset:NAME): the contract's errors and nothing else
     "clgate.presets": (
         "clgate.metrics",

@@ -216,6 +216,7 @@ def _run(store: Store, job_id: str, work: Path, actor: str) -> tuple[JobState, s
         "baseline_job_id": job.baseline_job_id,
         "source_job_id": job.source_job_id,
         "history_heads": history.store_heads(store),  # signed: `clgate audit verify --head decision.json`
+        **job.provenance,  # candidate and build, as `clgate gate` names them
     }
     decision = core.gate(logs, policy, baseline=baseline, out_dir=out, provenance=provenance)
     for name in RESULT_FILES:

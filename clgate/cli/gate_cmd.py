@@ -104,12 +104,12 @@ def _ci_provenance(candidate: str | None, candidate_version: str | None) -> dict
 
     try:
         named = candidate_info(candidate, candidate_version)
+        build = build_info(os.environ)
     except ValueError as exc:
         _fail(str(exc))
     found: dict[str, Any] = {}
     if named is not None:
         found["candidate"] = named
-    build = build_info(os.environ)
     if build is not None:
         found["build"] = build
     return found

@@ -12,7 +12,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -127,6 +127,14 @@ def submit(
     ] = "",
     log: Annotated[list[Path] | None, typer.Option("--log", help="Evaluation log (metrics mode).")] = None,
     baseline: Annotated[str, typer.Option(help="'model', 'none' or a job id.")] = "model",
+    candidate_version: Annotated[
+        str | None,
+        typer.Option(
+            "--candidate-version",
+            help="The candidate's version (the candidate is --model-name); the commit and CI run are read "
+            "from the CI's variables, as clgate gate reads them.",
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait for the verdict; exit like clgate gate.")
     ] = False,
@@ -143,17 +151,18 @@ def submit(
         raise _fail("give a job spec or --log files (not both)", 2)
     if not model_name or not policy:
         raise _fail("--model-name and --policy are required", 2)
+    options: dict[str, Any] = {
+        "baseline": baseline,
+        "candidate_version": candidate_version,
+        "idempotency_key": idempotency_key,
+    }
     with _client(url, api_key) as client:
         ref = _policy_ref(client, policy)
         if spec is not None:
-            job = client.submit_spec(
-                spec, model_name=model_name, policy=ref, baseline=baseline, idempotency_key=idempotency_key
-            )
+            job = client.submit_spec(spec, model_name=model_name, policy=ref, **options)
         else:
             logs: list[str | Path] = list(log or [])
-            job = client.submit_logs(
-                logs, model_name=model_name, policy=ref, baseline=baseline, idempotency_key=idempotency_key
-            )
+            job = client.submit_logs(logs, model_name=model_name, policy=ref, **options)
         typer.echo(job.id)
         if wait:
             job = _wait(client, job.id, timeout, quiet)

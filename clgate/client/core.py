@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from clgate.client.specs import load_document, prepare_spec
 from clgate.policy import PolicyError
+from clgate.provenance import build_info
 from clgate.schemas.api import (
     ArtifactPublic,
     BaselinePublic,
     BaselinesPublic,
+    BuildInfo,
     DecisionPublic,
     JobCreate,
     JobPublic,
@@ -33,6 +35,7 @@ from clgate.schemas.api import (
     WaiverPublic,
     WhoAmI,
 )
+from clgate.schemas.errors import problems_of
 
 M = TypeVar("M", bound=BaseModel)
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -153,12 +156,31 @@ class Client:
         return self._send(BaselinePublic, "PUT", f"/baselines/{model_name}", json={"job_id": job_id})
 
     # ------------------------------------------------------------------------------------------ jobs
-    def submit(self, job: JobCreate | dict[str, Any], *, idempotency_key: str | None = None) -> JobPublic:
-        """Submit a job body (:class:`JobCreate`); files must be uploaded already."""
-        body = job if isinstance(job, JobCreate) else JobCreate.model_validate(job)
+    def submit(
+        self, job: JobCreate | dict[str, Any], *, idempotency_key: str | None = None, ci_build: bool = True
+    ) -> JobPublic:
+        """Submit a job body (:class:`JobCreate`); files must be uploaded already.
+
+        A body without ``build`` gets the build read from the CI's variables (``GITHUB_SHA`` …, as
+        ``clgate gate`` reads them: :func:`clgate.provenance.build_info`) unless ``ci_build=False``, so the
+        service's decision names the commit and CI run it certifies."""
+        try:
+            body = job if isinstance(job, JobCreate) else JobCreate.model_validate(job)
+        except ValidationError as exc:
+            raise ClientError("; ".join(problems_of(exc))) from None
+        if body.build is None and ci_build:
+            body = body.model_copy(update={"build": self._ci_build()})
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         payload = body.model_dump(mode="json", exclude_none=True)
         return self._send(JobPublic, "POST", "/jobs", json=payload, headers=headers)
+
+    @staticmethod
+    def _ci_build() -> BuildInfo | None:
+        try:
+            found = build_info(os.environ)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
+        return BuildInfo.model_validate(found) if found else None
 
     def submit_spec(
         self,
@@ -167,14 +189,17 @@ class Client:
         model_name: str,
         policy: PolicyRef | str,
         baseline: str = "model",
+        candidate_version: str | None = None,
         idempotency_key: str | None = None,
     ) -> JobPublic:
-        """Submit a local job spec file (YAML/JSON): the files it names are uploaded first."""
+        """Submit a local job spec file (YAML/JSON): the files it names are uploaded first.
+        ``model_name`` is the candidate's name, ``candidate_version`` its version."""
         path = Path(spec)
         document = prepare_spec(load_document(path), path.parent, lambda p, kind: self.upload(p, kind).ref)
         mode = document.setdefault("mode", "retrain")
         body = {"mode": mode, "model_name": model_name, "policy": _ref(policy), "spec": document}
-        return self.submit({**body, "baseline": baseline}, idempotency_key=idempotency_key)
+        body.update(_versioned(baseline, candidate_version))
+        return self.submit(body, idempotency_key=idempotency_key)
 
     def submit_logs(
         self,
@@ -183,12 +208,15 @@ class Client:
         model_name: str,
         policy: PolicyRef | str,
         baseline: str = "model",
+        candidate_version: str | None = None,
         idempotency_key: str | None = None,
     ) -> JobPublic:
-        """Submit evaluation logs for metrics and the gate (metrics mode): they are uploaded first."""
+        """Submit evaluation logs for metrics and the gate (metrics mode): they are uploaded first.
+        ``model_name`` is the candidate's name, ``candidate_version`` its version."""
         refs = [self.upload(p, "log").ref for p in logs]
         body = {"mode": "metrics", "model_name": model_name, "policy": _ref(policy), "logs": refs}
-        return self.submit({**body, "baseline": baseline}, idempotency_key=idempotency_key)
+        body.update(_versioned(baseline, candidate_version))
+        return self.submit(body, idempotency_key=idempotency_key)
 
     def job(self, job_id: str) -> JobPublic:
         return self._get(JobPublic, f"/jobs/{job_id}")
@@ -247,6 +275,11 @@ class Client:
     def waive(self, job_id: str, justification: str, *, expires_at: str | None = None) -> WaiverPublic:
         body = {"justification": justification, **({"expires_at": expires_at} if expires_at else {})}
         return self._send(WaiverPublic, "POST", f"/jobs/{job_id}/waivers", json=body)
+
+
+def _versioned(baseline: str, candidate_version: str | None) -> dict[str, Any]:
+    """The body's ``baseline`` and, when given, ``candidate_version``."""
+    return {"baseline": baseline, **({"candidate_version": candidate_version} if candidate_version else {})}
 
 
 def _ref(policy: PolicyRef | str) -> dict[str, str]:

@@ -72,6 +72,7 @@ class JobInputs:
     baseline_files: list[tuple[str, str]] = field(default_factory=list)
     source_files: list[tuple[str, str]] = field(default_factory=list)
     filenames: dict[str, str | None] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)  # candidate and build (clgate.schemas.api)
 
 
 def claim(store: Store, job_id: str, *, actor: str, max_losses: int | None = None) -> int | None:
@@ -249,6 +250,7 @@ def load_inputs(store: Store, job_id: str) -> JobInputs:
             baseline_files=_log_files(s, job.baseline_job_id) if job.baseline_job_id else [],
             source_files=_log_files(s, job.source_job_id) if job.source_job_id else [],
             filenames=filenames,
+            provenance=dict(job.provenance or {}),
         )
 
 
@@ -311,11 +313,40 @@ def record_decision(
                 )
             )
             s.flush()  # the unique key on job_id refuses a second decision here
-            audit(s, actor, "decision.recorded", "job", job_id, verdict=verdict, policy_id=job.policy_id)
+            audit(
+                s,
+                actor,
+                "decision.recorded",
+                "job",
+                job_id,
+                verdict=verdict,
+                policy_id=job.policy_id,
+                **provenance_details(job.provenance),
+            )
             webhooks.enqueue(s, job.project, "decision", job_id, decision_event(job, verdict, document))
         job.progress = {**(job.progress or {}), "fraction": 1.0}
         _finish(s, job, JobState.succeeded, error=None, actor=actor)
     return JobState.succeeded, None
+
+
+def provenance_details(provenance: dict[str, Any] | None) -> dict[str, Any]:
+    """The candidate and build of a job's provenance as flat audit-event fields (only those it names).
+
+    >>> provenance_details({"candidate": {"name": "digits-mlp", "version": "2.4.0"},
+    ...                     "build": {"ci": "github", "commit": "1f2e3d4", "run_url": None}})
+    {'candidate': 'digits-mlp', 'candidate_version': '2.4.0', 'commit': '1f2e3d4', 'ci': 'github'}
+    """
+    candidate = (provenance or {}).get("candidate") or {}
+    build = (provenance or {}).get("build") or {}
+    fields = {
+        "candidate": candidate.get("name"),
+        "candidate_version": candidate.get("version"),
+        "commit": build.get("commit"),
+        "ci": build.get("ci"),
+        "run_url": build.get("run_url"),
+        "ref": build.get("ref"),
+    }
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def decision_event(job: Job, verdict: str, document: dict[str, Any]) -> dict[str, Any]:

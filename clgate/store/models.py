@@ -149,6 +149,8 @@ class Job(Base):
     )  # this attempt
     heartbeat_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     worker_losses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the candidate (name, version) and build (commit, CI run) the job certifies (clgate.schemas.api)
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class JobFile(Base):

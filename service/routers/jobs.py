@@ -180,12 +180,14 @@ def submit_job(
             logs=[r.removeprefix("sha256:") for r in body.logs] if body.logs else None,
             policy_id=policy.id,
             baseline_job_id=baseline,
+            provenance=body.provenance().model_dump(mode="json", exclude_none=True),
         )
         details = {
             "mode": job.mode,
             "model_name": job.model_name,
             "policy": f"{policy.name}@{policy.version}",
             "baseline_job_id": baseline,
+            **jobs.provenance_details(job.provenance),
         }
         return job, details
 
@@ -298,6 +300,7 @@ def regate_job(
             policy_id=policy.id,
             baseline_job_id=baseline,
             source_job_id=source.id,
+            provenance=source.provenance,  # the same build, judged again
         )
         details = {
             "mode": "regate",

@@ -208,9 +208,9 @@ def test_init_refuses_to_overwrite_without_force(tmp_path):
 
 
 def test_init_pins_the_version_that_wrote_the_file(tmp_path, monkeypatch):
-    import clgate
+    import clgate._version
 
-    monkeypatch.setattr(clgate, "__version__", "9.8.7")
+    monkeypatch.setattr(clgate._version, "__version__", "9.8.7")
     res = CliRunner().invoke(app, ["init", "--ci", "gitlab", "--repo", str(tmp_path)])
     assert res.exit_code == 0, res.output
     job = yaml.safe_load((tmp_path / ".gitlab-ci.yml").read_text())["clgate-gate"]
