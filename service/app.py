@@ -27,7 +27,7 @@ from clgate.service.limits import AdmissionLimit, RequestGuard
 from clgate.service.metrics import api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
-from clgate.store.db import check_writable, pool_status, wait_for_schema
+from clgate.store.db import check_writable, current_revision, head_revision, pool_status, wait_for_schema
 from clgate.store.keys import bootstrap_admin
 from clgate.store.settings import Settings, load_settings
 from clgate.workers.sandbox import warn_if_unconfined
@@ -80,6 +80,15 @@ def _lifespan(settings: Settings):
             engine.dispose()
 
     return lifespan
+
+
+def _schema_problem(engine) -> str | None:
+    """Why the schema is not the one this code expects (read from ``alembic_version``, never written)."""
+    try:
+        found, head = current_revision(engine), head_revision()
+    except Exception as exc:  # unreachable mid-check: the write check names it next time
+        return f"the schema version cannot be read ({type(exc).__name__})"
+    return None if found == head else f"schema at revision {found}, this code needs {head}"
 
 
 def _key_routes(app: FastAPI, public: bool) -> None:
@@ -144,7 +153,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tags=["health"],
         responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
         summary=(
-            "Readiness: database writable, connections free, broker reachable; how job models are confined"
+            "Readiness: database writable at the expected schema, connections free, broker reachable; "
+            "how job models are confined"
         ),
     )
     def readyz(request: Request):
@@ -154,7 +164,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if capacity and used >= capacity:
             db_ok, checks["database"] = False, f"pool exhausted: {used} of {capacity} connections in use"
         else:
-            problem = check_writable(engine, timeout_s=2.0)
+            problem = check_writable(engine, timeout_s=2.0) or _schema_problem(engine)
             db_ok, checks["database"] = problem is None, problem or "ok"
         checks["connections"] = f"{used} of {capacity or 'unbounded'} in use"
         broker_ok, checks["broker"] = request.app.state.dispatcher.ready()
