@@ -100,8 +100,11 @@ assert tuple(s.value for s in JobState) == JOB_STATES
 
 
 # ---------------------------------------------------------------------------------------------- key roles
-RoleName = Literal["viewer", "submitter", "approver", "admin"]
-"""An API key's role as text (the API and the record store's column), lowest first."""
+RoleName = Literal["viewer", "submitter", "approver", "admin", "global_admin"]
+"""An API key's role as text (the API and the record store's column), lowest first. Every role but
+``global_admin`` acts within the key's own project (a project's ``admin`` manages that project's keys);
+``global_admin`` — the bootstrap key's role — reads and acts across projects and creates other
+projects' keys."""
 ROLES: tuple[RoleName, ...] = get_args(RoleName)
 
 
@@ -112,6 +115,7 @@ class Role(enum.IntEnum):
     submitter = 2
     approver = 3
     admin = 4
+    global_admin = 5
 
 
 assert tuple(Role.__members__) == ROLES

@@ -21,10 +21,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from clgate import __version__
 from clgate.schemas.api import Health
 from clgate.service import errors
-from clgate.service.deps import Viewer
+from clgate.service.deps import Viewer, scope
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
-from clgate.service.metrics import api_registry
+from clgate.service.metrics import ProjectView, api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies
 from clgate.store import open_store
 from clgate.store.db import check_writable, current_revision, head_revision, pool_status, wait_for_schema
@@ -105,11 +105,12 @@ def _key_routes(app: FastAPI, public: bool) -> None:
         "/metrics",
         tags=["health"],
         response_class=Response,
-        summary="Prometheus metrics (needs a viewer key)",
+        summary="Prometheus metrics (needs a viewer key; a key sees its own project's series)",
         responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
     )
-    def metrics(request: Request, _: Viewer) -> Response:
-        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request, key: Viewer) -> Response:
+        view = ProjectView(request.app.state.registry, scope(key).key_project)
+        return Response(generate_latest(view), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -5,8 +5,10 @@ anything, every entry that could escape or abuse the target folder:
 
 - absolute paths (``/etc/x``, ``C:\\x``, ``\\\\server\\x``) and any ``..`` component;
 - symbolic and hard links, device files, FIFOs (only regular files and folders are extracted);
-- more than ``max_files`` entries, or more than ``max_bytes`` uncompressed in total (zip bombs), or a
-  single zip entry whose compression ratio exceeds ``max_ratio``;
+- more than ``max_files`` entries, or more than ``max_bytes`` uncompressed in total (zip and tar
+  bombs), or a compression ratio above ``max_ratio`` (a zip entry's, or a compressed tar stream's
+  declared total over the archive's size: a ``.tar.gz`` of zeros is refused from its listing, before
+  a byte is written);
 - names with NUL or control characters, or two entries that map to the same path.
 
 Files are then written one by one, streaming with a running byte count (a tar member that lies
@@ -41,8 +43,8 @@ from typing import BinaryIO, Literal
 from clgate.engine.errors import DataError
 
 MAX_FILES = 200_000
-MAX_BYTES = 8 << 30  # 8 GiB uncompressed
-MAX_RATIO = 200  # uncompressed / compressed, per zip entry
+MAX_BYTES = 2 << 30  # 2 GiB uncompressed: the per-job disk quota of an extracted image folder
+MAX_RATIO = 200  # uncompressed / compressed: per zip entry, and over a whole tar stream
 _CHUNK = 1 << 20
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -114,7 +116,7 @@ def safe_extract(
         if archive_kind(data) == "zip":
             _extract_zip(data, dest, max_files, max_bytes, max_ratio)
         else:
-            _extract_tar(data, dest, max_files, max_bytes)
+            _extract_tar(data, dest, max_files, max_bytes, max_ratio)
     except BaseException:
         if created:
             shutil.rmtree(dest, ignore_errors=True)
@@ -204,14 +206,32 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
                 raise ArchiveError(f"archive entry {info.filename!r}: cannot read ({exc})") from None
 
 
-def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int) -> None:
+def _stream_size(data: BinaryIO) -> int:
+    pos = data.tell()
+    try:
+        return data.seek(0, 2) - pos
+    finally:
+        data.seek(pos)
+
+
+def _check_tar_ratio(declared: int, compressed: int, max_ratio: float, name: str) -> None:
+    """A tar stream whose declared content outgrows ``max_ratio`` times the archive's size (a tar bomb)."""
+    if compressed and declared / compressed > max_ratio:
+        raise ArchiveError(
+            f"archive entry {name!r}: the archive expands to more than {declared} bytes from {compressed}, "
+            f"a compression ratio above {max_ratio:.0f}:1 (a tar bomb?)"
+        )
+
+
+def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max_ratio: float) -> None:
+    compressed = _stream_size(data)
     try:
         tf = tarfile.open(fileobj=data, mode="r:*")  # noqa: SIM115 - closed by the with below
     except tarfile.TarError as exc:
         raise ArchiveError(f"not a readable tar archive ({exc})") from None
     with tf:
         entries: list[tuple[_Entry, tarfile.TarInfo]] = []
-        count = 0
+        count = declared = 0
         try:
             for member in tf:  # streamed: a huge member list is cut at max_files
                 count += 1
@@ -226,6 +246,12 @@ def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int) -> 
                 if not (member.isfile() or member.isdir()):
                     raise ArchiveError(f"archive entry {member.name!r}: not a regular file or folder")
                 entries.append((_Entry(name, member.isdir(), member.size), member))
+                declared += member.size
+                if declared > max_bytes:  # checked while listing: a bomb is not read to its end
+                    raise ArchiveError(
+                        f"archive: more than {max_bytes} bytes uncompressed (limit), at entry {member.name!r}"
+                    )
+                _check_tar_ratio(declared, compressed, max_ratio, member.name)
         except (tarfile.TarError, EOFError, OSError) as exc:
             raise ArchiveError(f"not a readable tar archive ({exc})") from None
         _check_plan([e for e, _ in entries], max_files, max_bytes)
