@@ -148,3 +148,19 @@ def test_a_tar_gz_over_the_ratio_is_refused_even_under_the_byte_limit(tmp_path):
     with pytest.raises(ArchiveError, match=r"more than 1048576 bytes uncompressed"):
         safe_extract(archive, tmp_path / "out2", max_bytes=1 << 20, max_ratio=10_000)
     assert not (tmp_path / "out2").exists()
+
+
+def test_check_archive_judges_from_the_listing_alone(tmp_path):
+    from clgate.engine.archive import check_archive
+
+    archive = tmp_path / "bomb.tar.gz"
+    archive.write_bytes(_tar_gz_bomb(7 << 30, 300))
+    with pytest.raises(ArchiveError, match=r"limit|ratio"):
+        check_archive(archive)
+    ok = tmp_path / "ok.tar"
+    with tarfile.open(ok, "w") as tf:
+        info = tarfile.TarInfo("train/a/x.txt")
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"abc"))
+    assert check_archive(ok) == 3
+    assert list(tmp_path.iterdir()) == [archive, ok] or set(tmp_path.iterdir()) == {archive, ok}
