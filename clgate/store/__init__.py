@@ -11,7 +11,9 @@ workers and the CLI call them and write no SQL of their own. A refused request i
 
 from __future__ import annotations
 
+import os
 import threading
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,12 +39,17 @@ class Store:
 
 
 def open_store(settings: Settings, *, migrate: bool = False) -> Store:
-    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``)."""
+    """Open the store for ``settings`` (creating the data folder; applying migrations when ``migrate``).
+
+    The data folder is private to the service's user: 0700 (whatever it held before), the SQLite
+    database file 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same mode), artifacts 0400.
+    """
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     url = settings.resolved_database_url()
+    _private_sqlite_file(url)
     if migrate:
         upgrade(url)
     engine = make_engine(
@@ -55,6 +62,26 @@ def open_store(settings: Settings, *, migrate: bool = False) -> Store:
     return Store(
         settings, engine, sessions, ArtifactStore(settings.artifact_dir, on_corrupt=_auditor(sessions))
     )
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created if missing and made 0700 (only the service's user may list or enter it)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _private_sqlite_file(url: str) -> None:
+    """The SQLite database file of ``url`` created (empty) as 0600 before SQLite opens it, or made 0600."""
+    if not url.startswith("sqlite") or "///" not in url:
+        return
+    raw = url.split("///", 1)[1].split("?", 1)[0]
+    if raw in ("", ":memory:"):
+        return
+    path = Path(raw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
 
 
 def _auditor(sessions: sessionmaker[Session]):
