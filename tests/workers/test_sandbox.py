@@ -331,3 +331,46 @@ def test_a_child_that_floods_its_output_folder_is_killed(tmp_path, bwrap, monkey
         deadline=time.monotonic() + 300,
     )
     assert result.overflow and result.killed and result.report is None
+
+
+CHECKOUT_PROBE = r"""
+import json, os, sys
+out = sys.argv[2]
+root = sys.argv[-1]
+import clgate.schemas, clgate.workers
+seen = {name: os.path.exists(os.path.join(root, name)) for name in ("README.md", ".git", "pyproject.toml", "clgate")}
+open(os.path.join(out, "error.json"), "w").write(json.dumps({"kind": "error", "type": "Probe", "message": json.dumps(seen)}))
+"""  # noqa: E501 - embedded Python source
+
+
+@pytest.mark.parametrize("layout", ["as-installed", "prefix-holds-the-checkout"])
+def test_the_child_sees_the_package_never_the_source_checkout(tmp_path, bwrap, monkeypatch, layout):
+    checkout = sandbox._checkout()
+    if checkout is None or not (checkout / "README.md").is_file():
+        pytest.skip("clgate is installed, not run from a checkout")
+    if layout == "prefix-holds-the-checkout":  # e.g. a virtual environment made around the checkout
+        paths = sandbox._python_paths()
+        monkeypatch.setattr(sandbox, "_python_paths", lambda: sorted({*paths, checkout.parent}))
+    settings, _ = _store(tmp_path, sandbox="bwrap")
+    staged = sandbox.Staged(tmp_path / "attempt")
+    (staged.inputs / "spec.json").write_text("{}")
+    monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", CHECKOUT_PROBE])
+    real_argv = sandbox.child_argv
+
+    def with_checkout_arg(*a, **k):
+        argv, env = real_argv(*a, **k)
+        return argv + [str(checkout)], env
+
+    monkeypatch.setattr(sandbox, "child_argv", with_checkout_arg)
+    result = sandbox.run_child(
+        staged,
+        settings,
+        "bwrap",
+        seeds=[0],
+        gpu=False,
+        on_progress=lambda d: None,
+        cancel_requested=lambda: False,
+        deadline=time.monotonic() + 60,
+    )
+    seen = json.loads(result.report["message"])
+    assert seen == {"README.md": False, ".git": False, "pyproject.toml": False, "clgate": True}, seen
