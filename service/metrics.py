@@ -232,7 +232,9 @@ class ProjectView:
                 yield family
                 continue
             kept = Metric(family.name, family.documentation, family.type, family.unit)
-            kept.samples = [s for s in family.samples if s.labels.get("project", self.project) == self.project]
+            kept.samples = [
+                s for s in family.samples if s.labels.get("project", self.project) == self.project
+            ]
             yield kept
 
 

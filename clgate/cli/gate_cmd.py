@@ -76,7 +76,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     from rich.table import Table
 
     from clgate.fmt import printable
-    from clgate.reports import evidence_text, fmt, fmeca_note, threshold_text, worst_moment_text
+    from clgate.reports import evidence_text, fmeca_note, fmt, threshold_text, worst_moment_text
 
     def inert(text: str) -> str:  # a name from a user's file: no control character, no rich markup
         return escape(printable(text))

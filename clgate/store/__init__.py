@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -125,7 +125,8 @@ def bootstrap_admin(sessions: sessionmaker[Session], key: str) -> None:
 
 
 def first_admin(sessions: sessionmaker[Session], *, actor: str) -> str | None:
-    """A new ``global_admin`` key when no key exists (the key itself, shown once); ``None`` when one exists."""
+    """A new ``global_admin`` key when no key exists (the key itself, shown once); ``None`` when one
+    exists."""
     with session_scope(sessions) as s:
         if any_key(s):
             return None

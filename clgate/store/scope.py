@@ -79,7 +79,8 @@ class Scope:
         return uploaded | produced
 
     def artifact(self, session: Session, digest: str) -> Artifact | None:
-        """The artifact ``digest`` if this key's project uploaded or produced it (any, for a ``global_admin``)."""
+        """The artifact ``digest`` if this key's project uploaded or produced it (any, for a
+        ``global_admin``)."""
         return session.scalar(select(Artifact).where(Artifact.sha256 == digest, self.artifact_visible()))
 
     def model(self, session: Session, name: str, *, claim: bool = False) -> Model | None:

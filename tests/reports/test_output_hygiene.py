@@ -20,9 +20,8 @@ CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 @pytest.fixture(scope="module")
 def decision(tmp_path_factory):
-    from tests.fixtures.gate import _build_log
-
     from clgate.policy import parse_policy
+    from tests.fixtures.gate import _build_log
 
     points = [(1, True, [0.9, 0.9, None, None]), (2, True, [0.2, 0.3, 0.8, 0.8])]
     log = _build_log(points, tasks=[[0, 1], [2, 3]], names=[ANSI, "cat\x00", "dog\u202e", "ok"])
@@ -45,7 +44,8 @@ def test_no_control_character_reaches_markdown_csv_or_the_summary(decision):
 
 
 XML_ANY = st.text(
-    alphabet=st.characters(exclude_categories=("Cs",)) | st.sampled_from("\x00\x1b\x7f\x85\ufffe\uffff\ud800"),
+    alphabet=st.characters(exclude_categories=("Cs",))
+    | st.sampled_from("\x00\x1b\x7f\x85\ufffe\uffff\ud800"),
     min_size=1,
     max_size=40,
 )

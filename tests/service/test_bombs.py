@@ -37,7 +37,9 @@ def test_a_bomb_is_refused_at_submission_with_the_limit_named(api, policies, kin
     bomb = make()
     assert len(bomb) < 8 << 20
     sub = api.as_role("submitter")
-    assert api.post("/v1/policies", json=policies["loose"], headers=api.as_role("approver")).status_code == 201
+    assert (
+        api.post("/v1/policies", json=policies["loose"], headers=api.as_role("approver")).status_code == 201
+    )
     r = api.post("/v1/artifacts", params={"kind": "data"}, content=bomb, headers=sub)
     assert r.status_code == 201, r.text
     before = folder_size(api.settings.data_dir)
@@ -58,15 +60,22 @@ def test_a_bomb_is_refused_at_submission_with_the_limit_named(api, policies, kin
 def test_a_data_set_over_a_lowered_limit_names_the_setting(app_factory, test_client_class, admin_key):
     from tests.fixtures.bombs import npz_bomb as make
 
-    app, settings = app_factory(max_npz_bytes=1 << 20)
+    app, _ = app_factory(max_npz_bytes=1 << 20)
     with test_client_class(app) as client:
         h = {"X-API-Key": admin_key}
         policy = {"name": "p", "version": "1", "rules": [{"metric": "acc", "floor": 0.0}]}
         assert client.post("/v1/policies", json=policy, headers=h).status_code == 201
-        ref = client.post("/v1/artifacts", params={"kind": "data"}, content=make(20_000), headers=h).json()["ref"]
+        ref = client.post("/v1/artifacts", params={"kind": "data"}, content=make(20_000), headers=h).json()[
+            "ref"
+        ]
         r = client.post(
             "/v1/jobs",
-            json={"mode": "retrain", "model_name": "m", "spec": _spec(ref, "npz"), "policy": {"name": "p", "version": "1"}},
+            json={
+                "mode": "retrain",
+                "model_name": "m",
+                "spec": _spec(ref, "npz"),
+                "policy": {"name": "p", "version": "1"},
+            },
             headers=h,
         )
         assert r.status_code == 422 and "CLGATE_MAX_NPZ_BYTES" in r.json()["reason"], r.text

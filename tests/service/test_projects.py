@@ -174,7 +174,7 @@ def test_a_deduplicated_upload_reveals_nothing_of_another_project(teams):
 
 
 def test_a_projects_admin_acts_only_within_its_project(teams):
-    svc, b = teams["svc"], teams["b"]
+    svc = teams["svc"]
     glob = teams["a"]["admin"]  # the bootstrap key: global_admin
     assert glob.get("/v1/whoami").json()["role"] == "global_admin"
     r = glob.post("/v1/keys", json={"name": "b-admin", "role": "admin", "project": "team-b"})

@@ -359,7 +359,7 @@ def test_the_child_sees_the_package_never_the_source_checkout(tmp_path, bwrap, m
 
     def with_checkout_arg(*a, **k):
         argv, env = real_argv(*a, **k)
-        return argv + [str(checkout)], env
+        return [*argv, str(checkout)], env
 
     monkeypatch.setattr(sandbox, "child_argv", with_checkout_arg)
     result = sandbox.run_child(
