@@ -80,7 +80,13 @@ def _private_sqlite_file(url: str) -> None:
         return
     path = Path(raw)
     path.parent.mkdir(parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    # never open an existing database here: closing any descriptor of it would drop the POSIX locks
+    # that this process's SQLite connections hold on it
+    if not path.exists():
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            pass
     os.chmod(path, 0o600)
 
 
