@@ -9,8 +9,8 @@ spelling the strings again, so that a new mode or state is one edit here.
 ('gpu', 'cpu')
 >>> JobState("failed").terminal, JobState.running.terminal
 (True, False)
->>> Role["approver"] >= Role.submitter, ROLES[-1]
-(True, 'admin')
+>>> Role["approver"] >= Role.submitter, Role.global_admin > Role.admin, ROLES[-1]
+(True, True, 'global_admin')
 """
 
 from __future__ import annotations

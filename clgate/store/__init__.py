@@ -11,6 +11,7 @@ workers and the CLI call them and write no SQL of their own. A refused request i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -83,10 +84,8 @@ def _private_sqlite_file(url: str) -> None:
     # never open an existing database here: closing any descriptor of it would drop the POSIX locks
     # that this process's SQLite connections hold on it
     if not path.exists():
-        try:
+        with contextlib.suppress(FileExistsError):  # another process created it meanwhile
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        except FileExistsError:
-            pass
     os.chmod(path, 0o600)
 
 
