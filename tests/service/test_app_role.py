@@ -13,8 +13,6 @@ from sqlalchemy import create_engine, text
 
 from tests.fixtures.service import Service, base_env
 
-pytestmark = pytest.mark.integration
-
 
 def _roles(postgres_url: str, data_dir) -> str:
     """Create the app role, migrate and grant as the owner; the app role's URL."""
@@ -31,6 +29,7 @@ def _roles(postgres_url: str, data_dir) -> str:
     return postgres_url.replace("//clgate@", "//clgate_app:app-pw@")
 
 
+@pytest.mark.integration
 def test_the_app_role_is_ready_and_takes_a_job_to_a_decision(postgres_url, redis_url, tmp_path, example_log):
     app_url = _roles(postgres_url, tmp_path / "data")
     svc = Service(
@@ -69,3 +68,23 @@ def test_the_app_role_is_ready_and_takes_a_job_to_a_decision(postgres_url, redis
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM decisions")).scalar() == 1
     engine.dispose()
+
+
+def test_readiness_names_a_schema_revision_other_than_the_codes(app_factory, test_client_class):
+    from clgate.store.db import head_revision
+
+    app, _ = app_factory()
+    with test_client_class(app) as client:
+        assert client.get("/readyz").status_code == 200
+        engine = app.state.engine
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = 'elsewhere'"))
+        r = client.get("/readyz")
+        assert r.status_code == 503, r.text
+        assert (
+            r.json()["checks"]["database"]
+            == f"schema at revision elsewhere, this code needs {head_revision()}"
+        )
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": head_revision()})
+        assert client.get("/readyz").status_code == 200
