@@ -1,6 +1,7 @@
 """The issue-10 attacks against a real `clgate serve` (embedded executor, bubblewrap): a model that
-plants the admin key in the store under a forged hash is refused at submission (422) and plants nothing (the next upload is served as
-uploaded), and a forward that never returns is cancelled within the grace period while other jobs run."""
+plants the admin key in the store under a forged hash is refused at submission (422) and plants nothing
+(the next upload is served as uploaded), and a forward that never returns is cancelled within the grace
+period while other jobs run."""
 
 from __future__ import annotations
 
