@@ -9,8 +9,8 @@ spelling the strings again, so that a new mode or state is one edit here.
 ('gpu', 'cpu')
 >>> JobState("failed").terminal, JobState.running.terminal
 (True, False)
->>> Role["approver"] >= Role.submitter, ROLES[-1]
-(True, 'admin')
+>>> Role["approver"] >= Role.submitter, Role.global_admin > Role.admin, ROLES[-1]
+(True, True, 'global_admin')
 """
 
 from __future__ import annotations
@@ -100,8 +100,11 @@ assert tuple(s.value for s in JobState) == JOB_STATES
 
 
 # ---------------------------------------------------------------------------------------------- key roles
-RoleName = Literal["viewer", "submitter", "approver", "admin"]
-"""An API key's role as text (the API and the record store's column), lowest first."""
+RoleName = Literal["viewer", "submitter", "approver", "admin", "global_admin"]
+"""An API key's role as text (the API and the record store's column), lowest first. Every role but
+``global_admin`` acts within the key's own project (a project's ``admin`` manages that project's keys);
+``global_admin`` — the bootstrap key's role — reads and acts across projects and creates other
+projects' keys."""
 ROLES: tuple[RoleName, ...] = get_args(RoleName)
 
 
@@ -112,6 +115,7 @@ class Role(enum.IntEnum):
     submitter = 2
     approver = 3
     admin = 4
+    global_admin = 5
 
 
 assert tuple(Role.__members__) == ROLES

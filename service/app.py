@@ -22,14 +22,14 @@ from clgate._version import __version__
 from clgate.integrations.webhooks import start_webhooks
 from clgate.schemas.api import Health
 from clgate.service import errors
-from clgate.service.deps import Viewer
+from clgate.service.deps import Viewer, scope
 from clgate.service.dispatch import make_dispatcher
 from clgate.service.limits import AdmissionLimit, RequestGuard
-from clgate.service.metrics import api_registry
+from clgate.service.metrics import ProjectView, api_registry
 from clgate.service.routers import admin, artifacts, jobs, policies, webhooks
 from clgate.service.yaml_body import YamlBody
 from clgate.store import open_store
-from clgate.store.db import check_writable, pool_status, wait_for_schema
+from clgate.store.db import check_writable, current_revision, head_revision, pool_status, wait_for_schema
 from clgate.store.keys import bootstrap_admin
 from clgate.store.settings import Settings, load_settings
 from clgate.workers.sandbox import warn_if_unconfined
@@ -86,6 +86,15 @@ def _lifespan(settings: Settings):
     return lifespan
 
 
+def _schema_problem(engine) -> str | None:
+    """Why the schema is not the one this code expects (read from ``alembic_version``, never written)."""
+    try:
+        found, head = current_revision(engine), head_revision()
+    except Exception as exc:  # unreachable mid-check: the write check names it next time
+        return f"the schema version cannot be read ({type(exc).__name__})"
+    return None if found == head else f"schema at revision {found}, this code needs {head}"
+
+
 def _key_routes(app: FastAPI, public: bool) -> None:
     """The routes outside ``/v1`` that need a viewer key: the OpenAPI document (unless public), metrics."""
     if not public:
@@ -100,11 +109,12 @@ def _key_routes(app: FastAPI, public: bool) -> None:
         "/metrics",
         tags=["health"],
         response_class=Response,
-        summary="Prometheus metrics (needs a viewer key)",
+        summary="Prometheus metrics (needs a viewer key; a key sees its own project's series)",
         responses={k: v for k, v in errors.ERROR_RESPONSES.items() if k in (401, 403, 503)},
     )
-    def metrics(request: Request, _: Viewer) -> Response:
-        return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request, key: Viewer) -> Response:
+        view = ProjectView(request.app.state.registry, scope(key).key_project)
+        return Response(generate_latest(view), media_type=CONTENT_TYPE_LATEST)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -150,7 +160,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tags=["health"],
         responses={503: {"model": Health, "description": "Not ready: the checks say why"}},
         summary=(
-            "Readiness: database writable, connections free, broker reachable; how job models are confined"
+            "Readiness: database writable at the expected schema, connections free, broker reachable; "
+            "how job models are confined"
         ),
     )
     def readyz(request: Request):
@@ -160,7 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if capacity and used >= capacity:
             db_ok, checks["database"] = False, f"pool exhausted: {used} of {capacity} connections in use"
         else:
-            problem = check_writable(engine, timeout_s=2.0)
+            problem = check_writable(engine, timeout_s=2.0) or _schema_problem(engine)
             db_ok, checks["database"] = problem is None, problem or "ok"
         checks["connections"] = f"{used} of {capacity or 'unbounded'} in use"
         broker_ok, checks["broker"] = request.app.state.dispatcher.ready()

@@ -18,6 +18,10 @@ Names follow Prometheus conventions: fractions end in ``_ratio``, durations in `
 in ``_total``; labels are bounded (model names are validated, worst classes are the worst
 ``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets). Model and decision series
 carry the ``project`` that owns the model, so that each team's dashboards and alerts see its own.
+
+The API's ``/metrics`` answers a key with its own project's series only (:class:`ProjectView`: a series
+with another ``project`` label is left out); a ``global_admin`` key sees every project's. The
+exporter's port has no keys: it is for the deployment's Prometheus, on the internal network only.
 """
 
 from __future__ import annotations
@@ -223,6 +227,27 @@ class ApiInfoCollector(Collector):
         )
         info.add_metric([self.version, str(self.store_metrics).lower()], 1.0)
         yield info
+
+
+class ProjectView:
+    """``registry`` as a key of ``project`` may see it: series labelled with another project are left out
+    (series without a ``project`` label — process, queue, worker, job counts — stay). ``project=None``:
+    every series (a ``global_admin`` key)."""
+
+    def __init__(self, registry: CollectorRegistry, project: str | None) -> None:
+        self.registry = registry
+        self.project = project
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if self.project is None:
+                yield family
+                continue
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [
+                s for s in family.samples if s.labels.get("project", self.project) == self.project
+            ]
+            yield kept
 
 
 def api_registry(

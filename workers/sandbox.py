@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import logging
 import os
@@ -210,6 +211,11 @@ def _python_paths() -> list[Path]:
     paths = {Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix)}
     for module in (clgate, clgate.schemas, clgate.workers):  # the child imports nothing of the API
         paths.add(Path(str(module.__file__)).resolve().parent)
+    try:  # the shipped examples (package data): the child may read a bundled spec or log
+        examples = importlib.import_module("clgate.examples")
+        paths.update(Path(p).resolve() for p in examples.__path__)
+    except ImportError:
+        pass
     for entry in sys.path:  # site-packages and editable-install roots of the running interpreter
         if entry and Path(entry).is_dir() and "site-packages" in entry:
             paths.add(Path(entry).resolve())
@@ -217,6 +223,42 @@ def _python_paths() -> list[Path]:
     paths.add(exe.parent)
     paths.add(exe.resolve().parent)
     return sorted(paths)
+
+
+def _checkout() -> Path | None:
+    """The source checkout clgate runs from on an editable install (the folder holding ``clgate/``,
+    ``schemas/`` …, README.md and .git), or ``None`` for an installed package."""
+    root = Path(clgate.__file__).resolve().parent.parent
+    return None if "site-packages" in root.parts or "dist-packages" in root.parts else root
+
+
+def _python_binds(paths: list[Path], checkout: Path | None) -> tuple[list[Path], list[str]]:
+    """``(folders bound, bwrap arguments)``: ``paths`` bound read-only (none twice, nothing under /usr,
+    which is bound whole). A source checkout is never visible whole: where a bound folder holds it (a
+    virtual environment whose prefix is the checkout, say) it is covered with an empty tmpfs, and only the
+    package folders and environments inside it are bound again on top."""
+    bound: list[Path] = []
+    argv: list[str] = []
+    for path in paths:
+        if any(_inside(path, b) for b in bound) or _inside(path, Path("/usr")):
+            continue
+        if checkout is not None and _inside(path, checkout):
+            continue  # bound below, after the checkout is covered
+        bound.append(path)
+        argv += ["--ro-bind", str(path), str(path)]
+    if checkout is None:
+        return bound, argv
+    if any(_inside(checkout, b) for b in bound):
+        argv += ["--tmpfs", str(checkout)]
+    inner: list[Path] = []
+    for path in paths:
+        if path == checkout:  # a virtual environment made in the checkout's own folder
+            cfg = checkout / "pyvenv.cfg"
+            argv += ["--ro-bind", str(cfg), str(cfg)] if cfg.is_file() else []
+        elif _inside(path, checkout) and not any(_inside(path, b) for b in inner):
+            inner.append(path)
+            argv += ["--ro-bind", str(path), str(path)]
+    return bound + inner, argv
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -245,12 +287,8 @@ def bwrap_argv(launch: ChildLaunch, settings: Settings, *, gpu: bool) -> list[st
     if "--size" in _bwrap_options(binary):
         argv += ["--size", str(TMP_BYTES)]
     argv += ["--tmpfs", "/tmp"]
-    bound: list[Path] = []
-    for path in _python_paths():
-        if any(_inside(path, b) for b in bound) or any(_inside(path, Path("/") / t) for t in ("usr",)):
-            continue
-        bound.append(path)
-        argv += ["--ro-bind", str(path), str(path)]
+    bound, binds = _python_binds(_python_paths(), _checkout())
+    argv += binds
     # never expose the data folder (database, artifact store, keys), even when it sits inside a bound folder
     data = settings.data_dir.resolve()
     for path in bound:

@@ -171,14 +171,55 @@ class _Display:
             self.last_key = key
 
 
-def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool) -> None:
-    # lazy: CLI — `clgate --help` loads no command's dependencies
+NoLimits = Annotated[
+    bool,
+    typer.Option(
+        "--no-limits",
+        help="Lift the data limits (CLGATE_MAX_NPZ_BYTES, CLGATE_MAX_SAMPLES) for your own large data.",
+    ),
+]
+MaxSamples = Annotated[
+    int | None,
+    typer.Option("--max-samples", min=1, help="Most samples per data array (default: CLGATE_MAX_SAMPLES)."),
+]
+MaxDataBytes = Annotated[
+    int | None,
+    typer.Option(
+        "--max-data-bytes", min=1, help="Largest decompressed data set (default: CLGATE_MAX_NPZ_BYTES)."
+    ),
+]
+
+
+def _limits(no_limits: bool, max_samples: int | None, max_data_bytes: int | None):
+    """The data limits of this run: the service's ``CLGATE_MAX_*`` settings, a flag's value, or none."""
+    from dataclasses import replace
+
+    # lazy: torch — CLI: `clgate --help` loads no command's dependencies
+    from clgate.engine.data import DataLimits
+    from clgate.engine.errors import DataError
+
+    if no_limits:
+        return None
+    try:
+        limits = DataLimits.from_env()
+    except DataError as exc:
+        fail(str(exc))
+    if max_samples is not None:
+        limits = replace(limits, max_samples=max_samples)
+    if max_data_bytes is not None:
+        limits = replace(limits, max_bytes=max_data_bytes)
+    return limits
+
+
+def _execute(spec: JobSpec, out: Path, base_dir: Path | None, quiet: bool, limits: Any) -> None:
+    # lazy: torch — CLI: `clgate --help` loads no command's dependencies
     from clgate.documents import load_log
     from clgate.engine import EngineInputError
+    from clgate.engine.data import data_limits
 
     launcher = job_launcher(spec)  # a bad CLGATE_SANDBOX exits 2 here
     try:
-        with _Display(enabled=not quiet) as display:
+        with _Display(enabled=not quiet) as display, data_limits(limits):
             paths = run_engine_job(spec, out, progress=display, base_dir=base_dir, launcher=launcher)
     except KeyboardInterrupt as exc:
         written = getattr(exc, "paths", [])
@@ -216,13 +257,16 @@ def run_command(
         "clgate-out"
     ),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    no_limits: NoLimits = False,
+    max_samples: MaxSamples = None,
+    max_data_bytes: MaxDataBytes = None,
 ) -> None:
     """Retrain a candidate class-incrementally with a strategy, evaluating it continually."""
     all_overrides = list(overrides or []) + list(set_ or []) + _common_overrides(seeds, device)
     job = _load_spec(spec, all_overrides)
     if job.mode != "retrain":
         fail(f"{spec}: mode is {job.mode!r}; use `clgate evaluate` for checkpoints")
-    _execute(job, out, spec.resolve().parent, quiet)
+    _execute(job, out, spec.resolve().parent, quiet, _limits(no_limits, max_samples, max_data_bytes))
 
 
 def evaluate_command(
@@ -246,6 +290,9 @@ def evaluate_command(
     device: Annotated[str | None, typer.Option(help="auto (CUDA when present), cpu, cuda, cuda:N.")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the logs.")] = Path("clgate-out"),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    no_limits: NoLimits = False,
+    max_samples: MaxSamples = None,
+    max_data_bytes: MaxDataBytes = None,
 ) -> None:
     """Evaluate a sequence of checkpoints (one per task end, or more with iterations) on held-out data.
 
@@ -270,7 +317,8 @@ def evaluate_command(
     overrides.append("mode=evaluate")
     overrides.append("checkpoints=" + json.dumps([_absolute_checkpoint(c) for c in cks]))
     job = _load_spec(spec_path, overrides)
-    _execute(job, out, spec_path.resolve().parent if spec_path else Path.cwd(), quiet)
+    base_dir = spec_path.resolve().parent if spec_path else Path.cwd()
+    _execute(job, out, base_dir, quiet, _limits(no_limits, max_samples, max_data_bytes))
 
 
 def _absolute_checkpoint(text: str) -> str:

@@ -131,15 +131,20 @@ def _load_log(path: Path) -> LogArrays:
 def print_decision(decision: Decision, *, title: str | None = None, file: Any = None) -> None:
     """The decision table (rich): one row per rule, then the verdict and its reasons."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.reports import evidence_text, fmt, threshold_text
+    from clgate.fmt import printable
+    from clgate.reports import evidence_text, fmeca_note, fmt, threshold_text, worst_moment_text
+
+    def inert(text: str) -> str:  # a name from a user's file: no control character, no rich markup
+        return escape(printable(text))
 
     console = Console(file=file or sys.stdout, width=max(100, Console().width))
     style = {"pass": "green", "warn": "yellow", "fail": "red", "error": "magenta"}
     table = Table(
-        title=title or f"policy {decision.policy_name} v{decision.policy_version}", show_lines=False
+        title=inert(title or f"policy {decision.policy_name} v{decision.policy_version}"), show_lines=False
     )
     for col in ("status", "#", "rule", "value", "threshold", "margin", "evidence"):
         table.add_column(col, justify="right" if col in ("#", "value", "margin") else "left")
@@ -149,31 +154,26 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
         table.add_row(
             f"[{style[r.status]}]{r.status.upper()}[/]",
             str(r.index),
-            r.id + sev,
+            inert(r.id + sev),
             fmt(r.value) if r.status != "error" else "—",
             threshold_text(r),
             fmt(r.margin),
-            ev,
+            inert(ev),
         )
     console.print(table)
     for err in decision.errors:
-        console.print(f"[magenta]error:[/] {err}", markup=True, highlight=False)
+        console.print(f"[magenta]error:[/] {inert(err)}", markup=True, highlight=False)
     color = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "ERROR": "magenta"}[decision.verdict]
     console.print(
-        f"[bold {color}]{decision.verdict}[/] {decision.summary.split(': ', 1)[-1]}", highlight=False
+        f"[bold {color}]{decision.verdict}[/] {inert(decision.summary.split(': ', 1)[-1])}", highlight=False
     )
-    from rich.markup import escape
-
-    # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.reports import fmeca_note, worst_moment_text
-
     if decision.headline.worst_moment is not None:
         console.print(
-            f"worst class at its worst moment: {escape(worst_moment_text(decision))}", highlight=False
+            f"worst class at its worst moment: {inert(worst_moment_text(decision))}", highlight=False
         )
     note = fmeca_note(decision)
     if note:
-        console.print(f"[yellow]FMECA:[/] {escape(note)}", highlight=False)
+        console.print(f"[yellow]FMECA:[/] {inert(note)}", highlight=False)
 
 
 def _environment() -> dict[str, Any]:

@@ -179,9 +179,11 @@ def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> Table:
 
 def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.fmt import printable
     from clgate.schemas.metrics import MetricsResult
 
     console = Console()
@@ -210,7 +212,9 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
                 deltas.add_column(column, justify="right" if column != "class" else "left")
             for stats, delta in zip(result.classes, result.class_deltas, strict=False):
                 deltas.add_row(
-                    stats.name, fmt(stats.final_accuracy), "—" if delta is None else f"{delta:+.4f}"
+                    escape(printable(stats.name)),  # a class name from the log: inert on a terminal
+                    fmt(stats.final_accuracy),
+                    "—" if delta is None else f"{delta:+.4f}",
                 )
             console.print(deltas)
         return

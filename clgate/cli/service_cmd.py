@@ -227,7 +227,7 @@ def exporter(
 @keys_app.command("create")
 def keys_create(
     # clgate.schemas.vocab.ROLES, spelled here to keep pydantic out of the CLI's start (a test compares them)
-    role: str = typer.Option(..., help="viewer, submitter, approver or admin."),
+    role: str = typer.Option(..., help="viewer, submitter, approver, admin or global_admin."),
     name: str = typer.Option(..., help="Who or what uses the key (shown in the audit trail)."),
     project: str = typer.Option(
         "default",

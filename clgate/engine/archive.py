@@ -5,8 +5,10 @@ anything, every entry that could escape or abuse the target folder:
 
 - absolute paths (``/etc/x``, ``C:\\x``, ``\\\\server\\x``) and any ``..`` component;
 - symbolic and hard links, device files, FIFOs (only regular files and folders are extracted);
-- more than ``max_files`` entries, or more than ``max_bytes`` uncompressed in total (zip bombs), or a
-  single zip entry whose compression ratio exceeds ``max_ratio``;
+- more than ``max_files`` entries, or more than ``max_bytes`` uncompressed in total (zip and tar
+  bombs), or a compression ratio above ``max_ratio`` (a zip entry's, or a compressed tar stream's
+  declared total over the archive's size: a ``.tar.gz`` of zeros is refused from its listing, before
+  a byte is written);
 - names with NUL or control characters, or two entries that map to the same path.
 
 Files are then written one by one, streaming with a running byte count (a tar member that lies
@@ -41,8 +43,8 @@ from typing import IO, BinaryIO, Literal
 from clgate.engine.errors import DataError
 
 MAX_FILES = 200_000
-MAX_BYTES = 8 << 30  # 8 GiB uncompressed
-MAX_RATIO = 200  # uncompressed / compressed, per zip entry
+MAX_BYTES = 2 << 30  # 2 GiB uncompressed: the per-job disk quota of an extracted image folder
+MAX_RATIO = 200  # uncompressed / compressed: per zip entry, and over a whole tar stream
 _CHUNK = 1 << 20
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -114,7 +116,7 @@ def safe_extract(
         if archive_kind(data) == "zip":
             _extract_zip(data, dest, max_files, max_bytes, max_ratio)
         else:
-            _extract_tar(data, dest, max_files, max_bytes)
+            _extract_tar(data, dest, max_files, max_bytes, max_ratio)
     except BaseException:
         if created:
             shutil.rmtree(dest, ignore_errors=True)
@@ -172,26 +174,7 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
     except zipfile.BadZipFile as exc:
         raise ArchiveError(f"not a readable zip archive ({exc})") from None
     with zf:
-        entries: list[tuple[_Entry, zipfile.ZipInfo]] = []
-        for info in zf.infolist():
-            name = _normalise(info.filename)
-            mode = info.external_attr >> 16
-            kind = stat.S_IFMT(mode)
-            if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
-                what = "a symbolic link" if kind == stat.S_IFLNK else "not a regular file"
-                raise ArchiveError(
-                    f"archive entry {info.filename!r}: {what} (only files and folders are extracted)"
-                )
-            if info.flag_bits & 0x1:
-                raise ArchiveError(f"archive entry {info.filename!r}: encrypted")
-            if not info.is_dir() and info.compress_size and info.file_size / info.compress_size > max_ratio:
-                raise ArchiveError(
-                    f"archive entry {info.filename!r}: compression ratio "
-                    f"{info.file_size / info.compress_size:.0f}:1 "
-                    f"above {max_ratio:.0f}:1 (a zip bomb?)"
-                )
-            entries.append((_Entry(name, info.is_dir(), info.file_size), info))
-        _check_plan([e for e, _ in entries], max_files, max_bytes)
+        entries = _zip_entries(zf, max_files, max_bytes, max_ratio)
         budget = [max_bytes]
         for entry, info in entries:
             if entry.is_dir:
@@ -204,31 +187,93 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
                 raise ArchiveError(f"archive entry {info.filename!r}: cannot read ({exc})") from None
 
 
-def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int) -> None:
+def _zip_entries(
+    zf: zipfile.ZipFile, max_files: int, max_bytes: int, max_ratio: float
+) -> list[tuple[_Entry, zipfile.ZipInfo]]:
+    """Every entry of ``zf``, checked against the rules and limits (nothing is read but the directory)."""
+    entries: list[tuple[_Entry, zipfile.ZipInfo]] = []
+    for info in zf.infolist():
+        name = _normalise(info.filename)
+        mode = info.external_attr >> 16
+        kind = stat.S_IFMT(mode)
+        if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+            what = "a symbolic link" if kind == stat.S_IFLNK else "not a regular file"
+            raise ArchiveError(
+                f"archive entry {info.filename!r}: {what} (only files and folders are extracted)"
+            )
+        if info.flag_bits & 0x1:
+            raise ArchiveError(f"archive entry {info.filename!r}: encrypted")
+        if not info.is_dir() and info.compress_size and info.file_size / info.compress_size > max_ratio:
+            raise ArchiveError(
+                f"archive entry {info.filename!r}: compression ratio "
+                f"{info.file_size / info.compress_size:.0f}:1 "
+                f"above {max_ratio:.0f}:1 (a zip bomb?)"
+            )
+        entries.append((_Entry(name, info.is_dir(), info.file_size), info))
+    _check_plan([e for e, _ in entries], max_files, max_bytes)
+    return entries
+
+
+def _stream_size(data: BinaryIO) -> int:
+    pos = data.tell()
     try:
-        tf = tarfile.open(fileobj=data, mode="r:*")  # noqa: SIM115 - closed by the with below
+        return data.seek(0, 2) - pos
+    finally:
+        data.seek(pos)
+
+
+def _check_tar_ratio(declared: int, compressed: int, max_ratio: float, name: str) -> None:
+    """A tar stream whose declared content outgrows ``max_ratio`` times the archive's size (a tar bomb)."""
+    if compressed and declared / compressed > max_ratio:
+        raise ArchiveError(
+            f"archive entry {name!r}: the archive expands to more than {declared} bytes from {compressed}, "
+            f"a compression ratio above {max_ratio:.0f}:1 (a tar bomb?)"
+        )
+
+
+def _tar_entries(
+    tf: tarfile.TarFile, compressed: int, max_files: int, max_bytes: int, max_ratio: float
+) -> list[tuple[_Entry, tarfile.TarInfo]]:
+    """Every member of ``tf``, checked against the rules and limits while listing (a bomb is not read to
+    its end: the declared total and ratio are checked at each member)."""
+    entries: list[tuple[_Entry, tarfile.TarInfo]] = []
+    declared = 0
+    try:
+        for member in tf:  # streamed: a huge member list is cut at max_files
+            if len(entries) >= max_files:
+                raise ArchiveError(f"archive: more than the limit of {max_files} entries")
+            name = _normalise(member.name)
+            if member.issym() or member.islnk():
+                raise ArchiveError(
+                    f"archive entry {member.name!r}: a {'symbolic' if member.issym() else 'hard'} link "
+                    "(only files and folders are extracted)"
+                )
+            if not (member.isfile() or member.isdir()):
+                raise ArchiveError(f"archive entry {member.name!r}: not a regular file or folder")
+            entries.append((_Entry(name, member.isdir(), member.size), member))
+            declared += member.size
+            if declared > max_bytes:
+                raise ArchiveError(
+                    f"archive: more than {max_bytes} bytes uncompressed (limit), at entry {member.name!r}"
+                )
+            _check_tar_ratio(declared, compressed, max_ratio, member.name)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ArchiveError(f"not a readable tar archive ({exc})") from None
+    _check_plan([e for e, _ in entries], max_files, max_bytes)
+    return entries
+
+
+def _open_tar(data: BinaryIO) -> tarfile.TarFile:
+    try:
+        return tarfile.open(fileobj=data, mode="r:*")
     except tarfile.TarError as exc:
         raise ArchiveError(f"not a readable tar archive ({exc})") from None
-    with tf:
-        entries: list[tuple[_Entry, tarfile.TarInfo]] = []
-        count = 0
-        try:
-            for member in tf:  # streamed: a huge member list is cut at max_files
-                count += 1
-                if count > max_files:
-                    raise ArchiveError(f"archive: more than the limit of {max_files} entries")
-                name = _normalise(member.name)
-                if member.issym() or member.islnk():
-                    raise ArchiveError(
-                        f"archive entry {member.name!r}: a {'symbolic' if member.issym() else 'hard'} link "
-                        "(only files and folders are extracted)"
-                    )
-                if not (member.isfile() or member.isdir()):
-                    raise ArchiveError(f"archive entry {member.name!r}: not a regular file or folder")
-                entries.append((_Entry(name, member.isdir(), member.size), member))
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise ArchiveError(f"not a readable tar archive ({exc})") from None
-        _check_plan([e for e, _ in entries], max_files, max_bytes)
+
+
+def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max_ratio: float) -> None:
+    compressed = _stream_size(data)
+    with _open_tar(data) as tf:
+        entries = _tar_entries(tf, compressed, max_files, max_bytes, max_ratio)
         budget = [max_bytes]
         for entry, member in entries:
             if entry.is_dir:
@@ -241,4 +286,28 @@ def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int) -> 
                 _write(dest, entry.name, stream, budget)
 
 
-__all__ = ["ArchiveError", "archive_kind", "safe_extract"]
+def check_archive(
+    path: str | Path,
+    *,
+    max_files: int = MAX_FILES,
+    max_bytes: int = MAX_BYTES,
+    max_ratio: float = MAX_RATIO,
+) -> int:
+    """Judge an archive from its listing alone, as :func:`safe_extract` would before writing (what a
+    submission check calls): the uncompressed total in bytes, or :class:`ArchiveError` naming the entry
+    and the reason."""
+    with open(path, "rb") as data:
+        if archive_kind(data) == "zip":
+            try:
+                with zipfile.ZipFile(data) as zf:
+                    entries = [e for e, _ in _zip_entries(zf, max_files, max_bytes, max_ratio)]
+            except zipfile.BadZipFile as exc:
+                raise ArchiveError(f"not a readable zip archive ({exc})") from None
+        else:
+            compressed = _stream_size(data)
+            with _open_tar(data) as tf:
+                entries = [e for e, _ in _tar_entries(tf, compressed, max_files, max_bytes, max_ratio)]
+    return sum(e.size for e in entries)
+
+
+__all__ = ["ArchiveError", "archive_kind", "check_archive", "safe_extract"]

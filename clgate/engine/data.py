@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import warnings
 import zipfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +81,79 @@ class Dataset:
         return h.hexdigest()
 
 
+MAX_DATA_BYTES = 2048 << 20  # CLGATE_MAX_NPZ_BYTES's default (the service's setting, the CLI's too)
+MAX_SAMPLES = 5_000_000  # CLGATE_MAX_SAMPLES's default
+
+
+@dataclass(frozen=True)
+class DataLimits:
+    """The bounds a data set is judged against before it is loaded, from its headers only: decompressed
+    bytes (``CLGATE_MAX_NPZ_BYTES``) and samples per array (``CLGATE_MAX_SAMPLES``). The service applies
+    its settings; ``clgate run``/``evaluate`` the same variables (or their flags)."""
+
+    max_bytes: int = MAX_DATA_BYTES
+    max_samples: int = MAX_SAMPLES
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DataLimits:
+        """The limits the ``CLGATE_MAX_*`` variables of ``env`` (default: this process's) set;
+        :class:`DataError` naming the variable when one is not a positive integer."""
+        env = os.environ if env is None else env
+        values = {}
+        for var, name, default in (
+            ("CLGATE_MAX_NPZ_BYTES", "max_bytes", MAX_DATA_BYTES),
+            ("CLGATE_MAX_SAMPLES", "max_samples", MAX_SAMPLES),
+        ):
+            raw = env.get(var, "").strip()
+            try:
+                values[name] = int(raw) if raw else default
+            except ValueError:
+                values[name] = 0
+            if values[name] <= 0:
+                raise DataError(f"{var}: must be a positive integer (got {raw!r})")
+        return cls(**values)
+
+    def problems(self, spec: Mapping[str, Any], base_dir: Path | None) -> list[str]:
+        """Why the data ``spec`` names is over these limits (``[]`` when it is not, or has no file)."""
+        kind, raw = spec.get("kind"), spec.get("path")
+        if kind not in ("npz", "image_folder") or not raw:
+            return []
+        path = _resolve(raw, base_dir)
+        if kind == "npz":
+            return check_npz_limits(path, max_bytes=self.max_bytes, max_samples=self.max_samples)
+        size = tuple(spec.get("size") or (32, 32))
+        return check_image_folder_limits(
+            path,
+            size=(int(size[0]), int(size[1])),
+            color=spec.get("color", "RGB"),
+            max_bytes=self.max_bytes,
+            max_samples=self.max_samples,
+        )
+
+
+_LIMITS: ContextVar[DataLimits | None] = ContextVar("clgate_data_limits", default=None)
+
+
+@contextmanager
+def data_limits(limits: DataLimits | None) -> Iterator[None]:
+    """Within the block, :func:`load_data` refuses data over ``limits`` before loading it (``None``: no
+    limits — the CLI's ``--no-limits``, and the service's job child, whose data the trusted side judged)."""
+    token = _LIMITS.set(limits)
+    try:
+        yield
+    finally:
+        _LIMITS.reset(token)
+
+
 def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
-    """Load the data a job names (a ``clgate.schemas.job`` data model or an equivalent dict)."""
+    """Load the data a job names (a ``clgate.schemas.job`` data model or an equivalent dict), after
+    judging it against the :func:`data_limits` in force (:class:`DataError` naming the limit)."""
     if hasattr(spec, "model_dump"):
         spec = spec.model_dump()
+    limits = _LIMITS.get()
+    problems = limits.problems(spec, base_dir) if limits is not None else []
+    if problems:
+        raise DataError("\n".join(f"data: {p}" for p in problems))
     kind = spec.get("kind")
     if kind == "digits":
         return load_digits(test_fraction=spec.get("test_fraction", 0.2), split_seed=spec.get("split_seed", 0))

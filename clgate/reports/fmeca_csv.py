@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from clgate.fmt import printable
 from clgate.reports.text import priority_text
 from clgate.schemas.fmeca import FmecaWorksheet
 
@@ -33,7 +34,8 @@ CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def csv_safe(cell: object) -> object:
-    """A CSV cell that a spreadsheet will not run: text starting with ``= + - @``, tab or CR gets a ``'``.
+    """A CSV cell that a spreadsheet will not run: text starting with ``= + - @``, tab or CR gets a ``'``;
+    control characters are made visible (:func:`clgate.fmt.printable`).
 
     Numbers pass unchanged (a negative number is data, not a formula); class names and other text from
     the evaluation log are neutralised (OWASP "CSV injection").
@@ -42,8 +44,8 @@ def csv_safe(cell: object) -> object:
     ...       csv_safe("cat"), csv_safe(-1))
     '=HYPERLINK("http://x", "y") '+cmd|' /C calc'!A0 cat -1
     """
-    if isinstance(cell, str) and cell.startswith(CSV_FORMULA_STARTS):
-        return "'" + cell
+    if isinstance(cell, str):  # no ANSI escape nor control character reaches a terminal's `cat` either
+        return ("'" if cell.startswith(CSV_FORMULA_STARTS) else "") + printable(cell)
     return cell
 
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from typing import Any
 
-from clgate.fmt import fmt
+from clgate.fmt import fmt, printable
 from clgate.reports.text import threshold_text
 from clgate.schemas.decision import Decision
 
@@ -105,8 +105,18 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
         else:
             out = ET.SubElement(case, "system-out")
             out.text = "PASS: " + detail
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return _serialise(suites)
+
+
+def _serialise(root: ET.Element) -> str:
+    """The document, every attribute and text made valid XML 1.0 first (:func:`clgate.fmt.printable`:
+    a policy or class name with control characters, ANSI escapes or lone surrogates cannot break it)."""
+    for el in root.iter():
+        el.attrib = {k: printable(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = printable(el.text)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
 def render_input_error_junit(message: str) -> str:
@@ -129,5 +139,4 @@ def render_input_error_junit(message: str) -> str:
     first = message.splitlines()[0] if message else "invalid input"
     err = ET.SubElement(case, "error", message=first, type="ERROR")
     err.text = message
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+    return _serialise(suites)

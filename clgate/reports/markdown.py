@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from clgate.fmt import fmt
+from clgate.fmt import fmt, printable
 from clgate.provenance import candidate_label
 from clgate.reports.text import (
     ICON,
@@ -28,13 +28,13 @@ _MD_ORDERED = re.compile(r"^(\d+)([.)])")
 def md_text(text: Any) -> str:
     """User text (class names, rule ids, messages) made inert in Markdown: one line, Markdown
     punctuation backslash-escaped, ``&``, ``<`` and ``>`` as entities (no raw HTML; links and tables cannot
-    break).
+    break), control characters made visible (:func:`clgate.fmt.printable`).
     The one escaping helper of the Markdown renderer; HTML relies on Jinja's autoescape.
 
     >>> print(md_text("a|b *c* <script>"))
     a\\|b \\*c\\* &lt;script&gt;
     """
-    t = " ".join(str(text).splitlines())
+    t = printable(" ".join(str(text).splitlines()))  # no ANSI escape nor control character survives
     t = t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     t = _MD_SPECIAL.sub(r"\\\1", t)
     t = _MD_ORDERED.sub(r"\1\\\2", t)  # "1. x" would start an ordered list

@@ -13,8 +13,11 @@ workers and the CLI call them and write no SQL of their own. A refused request i
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,14 +51,18 @@ def open_store(settings: Settings, *, migrate: bool = False, sign: bool = True) 
     a key file that is set but unreadable raises :class:`clgate.store.signing.SigningKeyError`. With
     ``sign=False`` (a verifier) nothing is created and the sessions sign nothing; ``Store.signer`` is
     still the key when its file exists.
+
+    The data folder is private to the service's user: 0700 (whatever it held before), the SQLite
+    database file 0600 (SQLite gives its ``-wal`` and ``-shm`` files the same mode), artifacts 0400.
     """
     # lazy: SQLAlchemy — importing clgate.store (for its settings) loads no database code until a store opens
     from clgate.store.artifacts import ArtifactStore
     from clgate.store.db import make_engine, make_sessionmaker, upgrade
     from clgate.store.signing import load_or_create
 
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.data_dir)
     url = settings.resolved_database_url()
+    _private_sqlite_file(url)
     if migrate:
         upgrade(url)
     engine = make_engine(
@@ -84,6 +91,30 @@ def open_store(settings: Settings, *, migrate: bool = False, sign: bool = True) 
 
         seal(sessions, signer)  # records from before the signed history are sealed now, not at first write
     return store
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created if missing and made 0700 (only the service's user may list or enter it)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def _private_sqlite_file(url: str) -> None:
+    """The SQLite database file of ``url`` created (empty) as 0600 before SQLite opens it, or made 0600."""
+    if not url.startswith("sqlite") or "///" not in url:
+        return
+    raw = url.split("///", 1)[1].split("?", 1)[0]
+    if raw in ("", ":memory:"):
+        return
+    path = Path(raw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # never open an existing database here: closing any descriptor of it would drop the POSIX locks
+    # that this process's SQLite connections hold on it
+    if not path.exists():
+        with contextlib.suppress(FileExistsError):  # another process created it meanwhile
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
 
 
 def _auditor(sessions: sessionmaker[Session]):

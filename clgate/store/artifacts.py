@@ -50,6 +50,17 @@ class ArtifactTooLarge(ValueError):
         self.limit = limit
 
 
+def _private_mkdir(path: Path) -> None:
+    """``path`` and each missing folder above it created 0700 (``mkdir(parents=True)`` would give the
+    parents the default mode)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
 class ArtifactNotFound(KeyError):
     pass
 
@@ -208,7 +219,7 @@ class ArtifactStore:
 
     def _tmp(self) -> tuple[int, str]:
         tmp_dir = self.root / "tmp"
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        _private_mkdir(tmp_dir)
         return tempfile.mkstemp(dir=tmp_dir, prefix="upload-")
 
     def _commit(self, tmp_name: str, digest: str, size: int, expected: str | None) -> Stored:
@@ -225,8 +236,8 @@ class ArtifactStore:
             self._quarantine(final, digest, actual)
         elif final.is_symlink():
             self._quarantine(final, digest, "symlink")
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(tmp_name, 0o444)
+        _private_mkdir(final.parent)
+        os.chmod(tmp_name, 0o400)  # read-only, and only for the service's user
         os.replace(tmp_name, final)
         return Stored(digest, size, created=True)
 

@@ -79,8 +79,9 @@ def pool_status(engine: Engine) -> tuple[int, int]:
 def check_writable(engine: Engine, *, timeout_s: float = 2.0) -> str | None:
     """Why the database cannot take a write now (locked, read-only, unreachable …), or ``None``.
 
-    Takes a write lock in a transaction that is rolled back (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL:
-    a lock timeout and an update of the Alembic version row to itself), so nothing is changed.
+    SQLite: takes the write lock in a transaction that is rolled back (``BEGIN IMMEDIATE``). PostgreSQL:
+    reads only — the server is not a standby, the schema version is readable and the role may insert
+    jobs — so the least-privilege app role (SELECT only on ``alembic_version``) is ready too.
     """
     try:
         with engine.connect() as conn:
@@ -101,14 +102,25 @@ def check_writable(engine: Engine, *, timeout_s: float = 2.0) -> str | None:
                     cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
                     cursor.close()
             else:
-                with conn.begin() as tx:
-                    conn.execute(text(f"SET LOCAL lock_timeout = {int(timeout_s * 1000)}"))
-                    conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_s * 1000)}"))
-                    conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
-                    tx.rollback()
+                return _postgres_can_serve(conn, timeout_s)
     except Exception as exc:
         return describe_db_error(exc)
     return None
+
+
+def _postgres_can_serve(conn, timeout_s: float) -> str | None:
+    """PostgreSQL, by reading only (the app role may not write the schema version): the server takes
+    writes, the schema version row is readable, and this role may insert jobs."""
+    with conn.begin() as tx:
+        conn.execute(text(f"SET LOCAL lock_timeout = {int(timeout_s * 1000)}"))
+        conn.execute(text(f"SET LOCAL statement_timeout = {int(timeout_s * 1000)}"))
+        if conn.execute(text("SELECT pg_is_in_recovery()")).scalar():
+            tx.rollback()
+            return "the database is read-only (a standby in recovery)"
+        conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        may_insert = conn.execute(text("SELECT has_table_privilege('jobs', 'INSERT')")).scalar()
+        tx.rollback()
+    return None if may_insert else "the database is read-only for this role (no INSERT on jobs)"
 
 
 def describe_db_error(exc: BaseException) -> str:

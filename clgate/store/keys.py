@@ -81,7 +81,8 @@ def create_key(
     project: str = DEFAULT_PROJECT,
 ) -> tuple[ApiKey, str]:
     """Store a new key (or the given well-formed ``key``) with ``role`` in ``project``; returns the record and
-    the key. An admin key acts across projects; any other key sees only its project's records."""
+    the key. A ``global_admin`` key acts across projects; any other key only within its project (who may
+    create which key is :meth:`clgate.store.scope.Scope.may_manage`)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)} (got {role!r})")
     if not re.fullmatch(PROJECT_PATTERN, project):
@@ -111,21 +112,25 @@ def any_key(session: Session) -> bool:
 
 
 def bootstrap_admin(sessions: sessionmaker[Session], key: str) -> None:
-    """Store ``key`` as the first admin key when no key exists (several replicas may race: one wins)."""
+    """Store ``key`` as the first, ``global_admin`` key when no key exists (several replicas may race: one
+    wins)."""
     try:
         with session_scope(sessions) as s:
             if not any_key(s):
-                create_key(s, name="bootstrap-admin", role=Role.admin.name, actor="system:bootstrap", key=key)
+                create_key(
+                    s, name="bootstrap-admin", role=Role.global_admin.name, actor="system:bootstrap", key=key
+                )
     except IntegrityError:
         pass
 
 
 def first_admin(sessions: sessionmaker[Session], *, actor: str) -> str | None:
-    """A new admin key when no key exists (the key itself, shown once); ``None`` when one exists."""
+    """A new ``global_admin`` key when no key exists (the key itself, shown once); ``None`` when one
+    exists."""
     with session_scope(sessions) as s:
         if any_key(s):
             return None
-        return create_key(s, name="first-admin", role=Role.admin.name, actor=actor)[1]
+        return create_key(s, name="first-admin", role=Role.global_admin.name, actor=actor)[1]
 
 
 @dataclass(frozen=True)
@@ -139,16 +144,19 @@ class NewKey:
         return getattr(self.record, name)
 
 
-def all_keys(session: Session) -> Sequence[ApiKey]:
-    """Every key, oldest first (never their secrets: only hashes are stored)."""
-    return session.scalars(select(ApiKey).order_by(ApiKey.created_at)).all()
+def all_keys(session: Session, project: str | None = None) -> Sequence[ApiKey]:
+    """Every key (of ``project`` when given), oldest first (never their secrets: only hashes are stored)."""
+    query = select(ApiKey).order_by(ApiKey.created_at)
+    if project is not None:
+        query = query.where(ApiKey.project == project)
+    return session.scalars(query).all()
 
 
-def revoke(session: Session, key_id: str, *, actor: str) -> ApiKey:
-    """Revoke the key ``key_id`` (a revoked key stays revoked; the caller commits); :class:`NotFound` when
-    there is none."""
+def revoke(session: Session, key_id: str, *, actor: str, project: str | None = None) -> ApiKey:
+    """Revoke the key ``key_id`` (of ``project`` when given; a revoked key stays revoked; the caller
+    commits); :class:`NotFound` when there is none."""
     record = session.get(ApiKey, key_id)
-    if record is None:
+    if record is None or (project is not None and record.project != project):
         raise NotFound(f"no key {key_id}")
     if record.revoked_at is None:
         record.revoked_at = utcnow()

@@ -1,6 +1,7 @@
 """The project scope: which project's records a key may see and touch, decided in one place.
 
-A key sees its own project's records; an admin key sees every project's but acts within its own. Every
+A key sees and acts on its own project's records only, a project's admin included; only a key with the
+explicit ``global_admin`` role sees and acts across projects. Every
 store query that an API key makes takes a :class:`Scope`: a record of another project is answered
 exactly like a missing one (:class:`~clgate.store.errors.NotFound`), so keys cannot probe other
 projects.
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Scope:
-    """What a key may see: its own project's records, or every project's for an admin key."""
+    """What a key may see: its own project's records, or every project's for a ``global_admin`` key."""
 
     key: ApiKey
 
@@ -36,7 +37,7 @@ class Scope:
 
     @property
     def everywhere(self) -> bool:
-        return has_role(self.key, Role.admin)
+        return has_role(self.key, Role.global_admin)
 
     def visible(self, column: Any) -> ColumnElement[bool]:
         """A condition on a ``project`` column: true for the records this key may see."""
@@ -55,10 +56,10 @@ class Scope:
 
     def job(self, session: Session, job_id: str, *, act: str | None = None) -> Job:
         """The job ``job_id`` if this key may see it (:class:`NotFound` otherwise); with ``act`` (what the key
-        is about to do to it) it must also be of the key's own project: an admin reads across projects but
-        acts within its own (:class:`Forbidden`)."""
+        is about to do to it) it must also be of the key's own project unless the key is a ``global_admin``
+        (:class:`Forbidden`)."""
         job = self.get(session, Job, job_id, f"job {job_id}")
-        if act is not None and job.project != self.key.project:
+        if act is not None and job.project != self.key.project and not self.everywhere:
             raise Forbidden(
                 f"job {job_id} belongs to project {job.project!r}; {act} it with a key of that project"
             )
@@ -66,7 +67,7 @@ class Scope:
 
     def artifact_visible(self) -> ColumnElement[bool]:
         """A condition on :class:`Artifact` rows: uploaded by this key's project or a result file of one of
-        its jobs (any, for an admin)."""
+        its jobs (any, for a ``global_admin``)."""
         if self.everywhere:
             return true()
         uploaded = exists().where(
@@ -78,7 +79,8 @@ class Scope:
         return uploaded | produced
 
     def artifact(self, session: Session, digest: str) -> Artifact | None:
-        """The artifact ``digest`` if this key's project uploaded or produced it (any, for an admin)."""
+        """The artifact ``digest`` if this key's project uploaded or produced it (any, for a
+        ``global_admin``)."""
         return session.scalar(select(Artifact).where(Artifact.sha256 == digest, self.artifact_visible()))
 
     def model(self, session: Session, name: str, *, claim: bool = False) -> Model | None:
@@ -100,3 +102,23 @@ class Scope:
                 f"model {name!r} belongs to another project (this key's project is {self.key.project!r})"
             )
         return model
+
+    @property
+    def key_project(self) -> str | None:
+        """The project whose keys this key manages: its own, or ``None`` (every project) for a
+        ``global_admin``."""
+        return None if self.everywhere else self.key.project
+
+    def may_manage(self, *, project: str, role: str) -> None:
+        """:class:`Forbidden` unless this key may create a ``role`` key in ``project``: a project's admin
+        creates keys up to ``admin`` in its own project; other projects and ``global_admin`` keys need a
+        ``global_admin``."""
+        if self.everywhere:
+            return
+        if project != self.key.project:
+            raise Forbidden(
+                f"project: this key manages project {self.key.project!r} only; keys of project {project!r} "
+                "need a global_admin key"
+            )
+        if role == Role.global_admin.name:
+            raise Forbidden("role: only a global_admin key may create a global_admin key")

@@ -91,6 +91,7 @@ def whoami(key: Viewer):
     "/keys", response_model=KeyCreated, status_code=status.HTTP_201_CREATED, summary="Create an API key"
 )
 def new_key(body: KeyCreate, session: SessionDep, key: Admin):
+    scope(key).may_manage(project=body.project, role=body.role)
     record, secret = key_records.create_key(
         session, name=body.name, role=body.role, project=body.project, actor=actor(key)
     )
@@ -99,13 +100,13 @@ def new_key(body: KeyCreate, session: SessionDep, key: Admin):
 
 
 @keys.get("/keys", response_model=KeysPublic, summary="List API keys (never their secrets)")
-def list_keys(session: SessionDep, _: Admin):
-    rows = key_records.all_keys(session)
+def list_keys(session: SessionDep, key: Admin):
+    rows = key_records.all_keys(session, scope(key).key_project)
     return KeysPublic(data=[KeyPublic.model_validate(k) for k in rows], count=len(rows))
 
 
 @keys.delete("/keys/{key_id}", response_model=KeyPublic, summary="Revoke an API key")
 def revoke_key(key_id: str, session: SessionDep, key: Admin):
-    record = key_records.revoke(session, key_id, actor=actor(key))
+    record = key_records.revoke(session, key_id, actor=actor(key), project=scope(key).key_project)
     session.commit()
     return KeyPublic.model_validate(record)

@@ -65,7 +65,7 @@ async def upload_artifact(
     if stored.size == 0:
         raise ApiError(422, "empty upload: send the file as the request body")
 
-    artifact, created = await run_in_threadpool(
+    _, created = await run_in_threadpool(
         uploads.record_upload,
         request.app.state.sessions,
         stored,
@@ -74,10 +74,16 @@ async def upload_artifact(
         filename=filename,
         actor=actor(key),
     )
-    body = ArtifactPublic.model_validate(artifact)
+    body = await run_in_threadpool(_project_view, request, key, stored.sha256)
     if created:
         return body
     return JSONResponse(body.model_dump(mode="json"), status_code=200)
+
+
+def _project_view(request: Request, key, digest: str) -> ArtifactPublic:
+    """The artifact as the key's project sees it (its own upload's name, never another project's)."""
+    with request.app.state.sessions() as session:
+        return ArtifactPublic.model_validate(uploads.get(session, scope(key), digest))
 
 
 @router.get("", response_model=ArtifactsPublic, summary="List artifacts (newest first)")

@@ -32,6 +32,7 @@ from clgate.service.deps import (
     Approver,
     DispatcherDep,
     SessionDep,
+    SettingsDep,
     StoreDep,
     Submitter,
     Viewer,
@@ -41,11 +42,13 @@ from clgate.service.deps import (
 from clgate.service.dispatch import Dispatcher
 from clgate.service.errors import ApiError
 from clgate.service.limits import MAX_SKIP
+from clgate.service.submission import judge_inputs
 from clgate.store import baselines, decisions, jobs, policies
 from clgate.store.artifacts import ArtifactNotFound, ArtifactStore
 from clgate.store.models import ApiKey, Job
 from clgate.store.refs import check_paths, find_refs, resolve_refs
 from clgate.store.scope import Scope
+from clgate.store.settings import Settings
 
 log = logging.getLogger("clgate.api")
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -60,7 +63,9 @@ MEDIA = {
 }
 
 
-def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobCreate) -> dict:
+def _check_spec(
+    session: Session, store: ArtifactStore, settings: Settings, where: Scope, body: JobCreate
+) -> dict:
     spec = dict(body.spec or {})
     spec.setdefault("mode", body.mode)
     if spec["mode"] != body.mode:
@@ -76,10 +81,13 @@ def _check_spec(session: Session, store: ArtifactStore, where: Scope, body: JobC
     if problems:
         raise ApiError(422, problems[0], problems=problems)
     try:
-        JobSpec.parse(resolve_refs(spec, lambda digest: str(store.path(digest))))
+        job = JobSpec.parse(resolve_refs(spec, lambda digest: str(store.path(digest))))
     except JobSpecError as exc:
         problems = [f"spec.{p}" for p in exc.problems]
         raise ApiError(422, problems[0], problems=problems) from None
+    problems = judge_inputs(job, settings)  # data sizes, archive listings, model file formats
+    if problems:
+        raise ApiError(422, problems[0], problems=problems)
     return spec
 
 
@@ -151,6 +159,7 @@ def submit_job(
     body: JobCreate,
     session: SessionDep,
     store: StoreDep,
+    settings: SettingsDep,
     dispatcher: DispatcherDep,
     key: Submitter,
     idempotency_key: IdempotencyKey = None,
@@ -170,7 +179,7 @@ def submit_job(
                     problems=[f"logs: artifact {r} does not exist" for r in missing],
                 )
         else:
-            spec = _check_spec(session, store, where, body)
+            spec = _check_spec(session, store, settings, where, body)
         baseline = baselines.resolve(session, where, body.baseline, body.model_name)
         job = Job(
             mode=body.mode,

@@ -115,3 +115,52 @@ def test_count_and_size_limits(tmp_path):
     with pytest.raises(ArchiveError, match="not an empty folder"):
         safe_extract(_zip(FILES), tmp_path / "c")
     assert (tmp_path / "c" / "keep").exists()
+
+
+def _tar_gz_bomb(declared: int, chunks: int) -> bytes:
+    """A ``.tar.gz`` of one member declaring ``declared`` bytes of zeros, made of gzip members (a few MB
+    compressed, never the expanded bytes in memory)."""
+    import gzip
+
+    header = tarfile.TarInfo("images/zeros.bin")
+    header.size = declared
+    zeros = gzip.compress(b"\0" * (1 << 20), 9)
+    return gzip.compress(header.tobuf(format=tarfile.GNU_FORMAT)) + zeros * chunks
+
+
+def test_a_tar_gz_bomb_is_refused_from_its_listing_without_filling_the_disk(tmp_path):
+    bomb = _tar_gz_bomb(7 << 30, 3000)  # 7 GiB declared, ~3 MB compressed
+    assert len(bomb) < 8 << 20
+    archive = tmp_path / "bomb.tar.gz"
+    archive.write_bytes(bomb)
+    with pytest.raises(ArchiveError, match=r"limit|ratio"):
+        safe_extract(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tar_gz_over_the_ratio_is_refused_even_under_the_byte_limit(tmp_path):
+    archive = tmp_path / "ratio.tar.gz"
+    archive.write_bytes(_tar_gz_bomb(64 << 20, 64))  # 64 MiB of zeros in ~70 KB
+    with pytest.raises(ArchiveError, match=r"ratio above 200:1"):
+        safe_extract(archive, tmp_path / "out", max_bytes=1 << 30)
+    assert not (tmp_path / "out").exists()
+    # the same bytes within an explicit ratio are extracted, bounded by the byte limit
+    with pytest.raises(ArchiveError, match=r"more than 1048576 bytes uncompressed"):
+        safe_extract(archive, tmp_path / "out2", max_bytes=1 << 20, max_ratio=10_000)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_check_archive_judges_from_the_listing_alone(tmp_path):
+    from clgate.engine.archive import check_archive
+
+    archive = tmp_path / "bomb.tar.gz"
+    archive.write_bytes(_tar_gz_bomb(7 << 30, 300))
+    with pytest.raises(ArchiveError, match=r"limit|ratio"):
+        check_archive(archive)
+    ok = tmp_path / "ok.tar"
+    with tarfile.open(ok, "w") as tf:
+        info = tarfile.TarInfo("train/a/x.txt")
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"abc"))
+    assert check_archive(ok) == 3
+    assert list(tmp_path.iterdir()) == [archive, ok] or set(tmp_path.iterdir()) == {archive, ok}

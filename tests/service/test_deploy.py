@@ -319,6 +319,8 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
 
     from sqlalchemy import create_engine, text
 
+    from clgate.store.history import FAMILIES
+
     psql = shutil.which("psql") or next(iter(sorted(Path("/").glob("usr/lib/postgresql/*/bin/psql"))), None)
     assert psql is not None, "psql not found next to the PostgreSQL server"
     url = urlsplit(postgres_url.replace("postgresql+psycopg", "postgresql"))
@@ -357,7 +359,8 @@ def test_init_roles_script_on_a_real_postgresql(postgres_url, tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     engine = create_engine(app_url)
     with engine.begin() as conn:
-        assert conn.execute(text("SELECT count(*) FROM chain_heads")).scalar() == 3
+        # the three hash chains and one head per family of the signed history
+        assert conn.execute(text("SELECT count(*) FROM chain_heads")).scalar() == 3 + len(FAMILIES)
     for statement in (
         "TRUNCATE audit_events",
         "DELETE FROM decisions",
@@ -623,8 +626,12 @@ def _under_profile(monkeypatch, drop: tuple[str, ...] = ()) -> None:
 
 
 def _run_probe(tmp_path, monkeypatch, drop: tuple[str, ...] = ()):
-    import time
+    """The probe run as the engine's child by the worker's bubblewrap launcher, under the profile:
+    (its exit status and what it found, or None) and the child's log."""
+    import json
+    from types import SimpleNamespace
 
+    from clgate.engine.runner import ChildLaunch
     from clgate.workers import sandbox
 
     settings = Settings(data_dir=tmp_path / "data", sandbox="bwrap")
@@ -633,22 +640,25 @@ def _run_probe(tmp_path, monkeypatch, drop: tuple[str, ...] = ()):
     monkeypatch.setenv("CLGATE_DATABASE_URL", "postgresql+psycopg://clgate_app:pw@db/clgate")
     monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", PROBE])
     _under_profile(monkeypatch, drop)
-    staged = sandbox.Staged(tmp_path / "attempt")
-    (staged.inputs / "spec.json").write_text("{}")
     real = sandbox.child_argv  # the probe's last argument: the data folder it must not see
     data = str(settings.data_dir)
-    monkeypatch.setattr(sandbox, "child_argv", lambda *a, **k: ([*real(*a, **k)[0], data], {}))
-    result = sandbox.run_child(
-        staged,
-        settings,
-        "bwrap",
-        seeds=[0],
-        gpu=False,
-        on_progress=lambda d: None,
-        cancel_requested=lambda: False,
-        deadline=time.monotonic() + 60,
+
+    def with_data(*a, **k):
+        argv, env = real(*a, **k)
+        return [*argv, data], env
+
+    monkeypatch.setattr(sandbox, "child_argv", with_data)
+    work, stage, out = tmp_path / "work", tmp_path / "stage", tmp_path / "out"
+    for folder in (work, stage, out):
+        folder.mkdir()
+    proc = sandbox.SandboxLauncher(settings, "bwrap", work, gpu=False)(
+        ChildLaunch(stage, out, threads=1, gpu=False)
     )
-    return result, sandbox.child_log_tail(staged)
+    proc.communicate(timeout=60)
+    found = out / "result.json"
+    report = json.loads(found.read_text()) if found.is_file() else None
+    log = (work / "child.log").read_text(errors="replace") if (work / "child.log").exists() else ""
+    return SimpleNamespace(returncode=proc.returncode, report=report), log
 
 
 def test_the_sandbox_child_starts_in_bwrap_under_the_shipped_profile(tmp_path, monkeypatch, seccomp_bwrap):

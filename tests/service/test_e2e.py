@@ -321,7 +321,7 @@ def test_clgate_serve_is_one_command_for_a_newcomer(tmp_path, example_log):
         log_text = (tmp_path / "serve.log").read_text()
         assert key not in log_text and str(key_file) in log_text  # the key goes to its file only
         with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=30) as c:
-            assert c.get("/v1/whoami").json()["role"] == "admin"
+            assert c.get("/v1/whoami").json()["role"] == "global_admin"  # the first key crosses projects
             c.post(
                 "/v1/policies", json={"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]}
             ).raise_for_status()

@@ -1,6 +1,6 @@
 """An image folder uploaded as a tar or zip archive runs as an ``image_folder`` job on a real
-`clgate serve`; an archive with a path that escapes (``..``) or a link fails the job with the reason and
-writes nothing outside its folder."""
+`clgate serve`; an archive with a path that escapes (``..``) or a link is refused at submission (422 with
+the reason, judged from its listing) and writes nothing anywhere."""
 
 from __future__ import annotations
 
@@ -88,9 +88,20 @@ def test_image_folder_archives_run_and_hostile_ones_are_refused(embedded_service
         job = run(data, filename, f"archive-{filename}")
         assert job["state"] == "succeeded", job
 
+    # hostile archives are judged from their listing at submission: 422 naming the field, no job
     escaping = {**files, "shapes/../../../../escaped.png": _png(1)}
-    job = run(_zip(escaping), "evil.zip", "evil-zip")
-    assert job["state"] == "failed" and "'..'" in job["error"], job
-    job = run(_tar(files, link="/etc/passwd"), "evil.tar.gz", "evil-tar")
-    assert job["state"] == "failed" and "link" in job["error"], job
+    for data, filename, expected in (
+        (_zip(escaping), "evil.zip", "'..'"),
+        (_tar(files, link="/etc/passwd"), "evil.tar.gz", "link"),
+    ):
+        ref = sub.post("/v1/artifacts", params={"kind": "data", "filename": filename}, content=data).json()
+        body = {
+            "mode": "retrain",
+            "model_name": f"evil-{filename.split('.')[-1]}",
+            "spec": _spec(ref["ref"]),
+            "policy": {"name": "e2e-loose", "version": "1"},
+        }
+        r = sub.post("/v1/jobs", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["reason"].startswith("spec.data.path: ") and expected in r.json()["reason"], r.text
     assert not list(svc.data_dir.parent.rglob("escaped.png"))

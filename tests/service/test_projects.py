@@ -1,6 +1,8 @@
 """Projects against a running ``clgate serve`` (embedded executor, a real process): a key of one project
 cannot read, cancel, waive, re-gate or post under another project's model name; an approver cannot
-waive their own job; an expired waiver no longer counts; series carry the project label."""
+waive their own job; an expired waiver no longer counts; series carry the project label and a key sees its
+own project's only; a deduplicated upload shows a project its own record; a project's admin acts within
+its project (the global_admin role acts across)."""
 
 from __future__ import annotations
 
@@ -133,16 +135,85 @@ def test_no_posting_under_another_projects_model_name(teams):
     assert done["state"] == "succeeded"
     assert b["viewer"].get(f"/v1/jobs/{mine['id']}").json()["project"] == "team-b"
     assert teams["a"]["viewer"].get(f"/v1/jobs/{mine['id']}").status_code == 404
-    # the admin reads across projects but acts within its own
+    # the global admin (the bootstrap key) reads across projects
     assert teams["a"]["admin"].get(f"/v1/jobs/{mine['id']}").status_code == 200
-    r = teams["a"]["admin"].post(
-        f"/v1/jobs/{mine['id']}/regate", json={"policy": {"name": "strict", "version": "1"}}
-    )
-    assert r.status_code == 403 and "team-b" in r.json()["reason"], r.text
     metrics = teams["a"]["admin"].get("/metrics").text
     assert 'clgate_model_verdict{model="alpha",project="default",verdict="FAIL"} 1.0' in metrics
     assert 'clgate_model_verdict{model="beta",project="team-b",verdict="FAIL"} 1.0' in metrics
     assert 'clgate_decisions_total{project="team-b",verdict="FAIL"} 1.0' in metrics
+    # a key of a project sees its own project's series only
+    mine_only = b["viewer"].get("/metrics").text
+    assert 'model="beta"' in mine_only and 'project="team-b"' in mine_only
+    assert 'model="alpha"' not in mine_only and 'project="default"' not in mine_only
+    theirs_only = teams["a"]["viewer"].get("/metrics").text
+    assert 'model="alpha"' in theirs_only and 'model="beta"' not in theirs_only
+    assert 'project="team-b"' not in theirs_only
+
+
+def test_a_deduplicated_upload_reveals_nothing_of_another_project(teams):
+    svc, b = teams["svc"], teams["b"]
+    a_sub = teams["a"]["submitter"]
+    first = a_sub.post(
+        "/v1/artifacts", params={"kind": "data", "filename": "alpha-secret.npz"}, content=b"alpha's bytes"
+    )
+    assert first.status_code == 201, first.text
+    again = b["submitter"].post(
+        "/v1/artifacts", params={"kind": "data", "filename": "beta.npz"}, content=b"alpha's bytes"
+    )
+    assert again.status_code == 201, again.text  # granted to beta now: beta's own record
+    body = again.json()
+    assert body["filename"] == "beta.npz" and body["created_by"] != first.json()["created_by"]
+    assert "alpha" not in again.text and first.json()["created_by"] not in again.text
+    for path in (f"/v1/artifacts/{body['ref']}", "/v1/artifacts"):
+        assert "alpha-secret" not in b["viewer"].get(path).text, path
+    r = b["viewer"].get(f"/v1/artifacts/{body['ref']}/content")
+    assert r.content == b"alpha's bytes" and "alpha-secret" not in r.headers["content-disposition"]
+    # alpha still sees its own name
+    assert a_sub.get(f"/v1/artifacts/{body['ref']}").json()["filename"] == "alpha-secret.npz"
+    assert svc.clients["viewer"].get("/v1/artifacts", params={"kind": "data"}).json()["count"] >= 1
+
+
+def test_a_projects_admin_acts_only_within_its_project(teams):
+    svc = teams["svc"]
+    glob = teams["a"]["admin"]  # the bootstrap key: global_admin
+    assert glob.get("/v1/whoami").json()["role"] == "global_admin"
+    r = glob.post("/v1/keys", json={"name": "b-admin", "role": "admin", "project": "team-b"})
+    assert r.status_code == 201, r.text
+    b_admin = svc.client(r.json()["key"])
+    a_job = teams["a_job"]["id"]
+    try:
+        assert b_admin.get(f"/v1/jobs/{a_job}").status_code == 404
+        assert b_admin.post(f"/v1/jobs/{a_job}/cancel").status_code == 404
+        r = b_admin.post(f"/v1/jobs/{a_job}/regate", json={"policy": {"name": "strict", "version": "1"}})
+        assert r.status_code == 404, r.text
+        assert b_admin.get(f"/v1/artifacts/{teams['a_log']}").status_code == 404
+        r = b_admin.post(
+            "/v1/jobs",
+            json={
+                "mode": "metrics",
+                "model_name": "beta-2",
+                "logs": [teams["a_log"]],
+                "policy": {"name": "strict", "version": "1"},
+            },
+        )
+        assert r.status_code == 422 and "does not exist" in r.json()["reason"], r.text
+        # keys: its own project's only, never a global one
+        r = b_admin.post("/v1/keys", json={"name": "x", "role": "viewer", "project": "default"})
+        assert r.status_code == 403 and "project" in r.json()["reason"], r.text
+        r = b_admin.post("/v1/keys", json={"name": "x", "role": "global_admin", "project": "team-b"})
+        assert r.status_code == 403 and "global_admin" in r.json()["reason"], r.text
+        r = b_admin.post("/v1/keys", json={"name": "b-viewer-2", "role": "viewer", "project": "team-b"})
+        assert r.status_code == 201, r.text
+        listed = b_admin.get("/v1/keys").json()["data"]
+        assert listed and {k["project"] for k in listed} == {"team-b"}
+        a_viewer_id = svc.clients["viewer"].get("/v1/whoami").json()["id"]
+        assert b_admin.delete(f"/v1/keys/{a_viewer_id}").status_code == 404
+        assert 'model="alpha"' not in b_admin.get("/metrics").text
+        # the global role acts across projects, explicitly
+        assert glob.get(f"/v1/jobs/{a_job}").status_code == 200
+        assert {k["project"] for k in glob.get("/v1/keys").json()["data"]} >= {"default", "team-b"}
+    finally:
+        b_admin.close()
 
 
 def test_separation_of_duties_and_waiver_expiry(teams):

@@ -1,6 +1,7 @@
-"""The issue-10 attacks against a real `clgate serve` (embedded executor, bubblewrap): a model that plants
-the admin key in the store under a forged hash is refused and plants nothing (the next upload is served as
-uploaded), and a forward that never returns is cancelled within the grace period while other jobs run."""
+"""The issue-10 attacks against a real `clgate serve` (embedded executor, bubblewrap): a model that
+plants the admin key in the store under a forged hash is refused at submission (422) and plants nothing
+(the next upload is served as uploaded), and a forward that never returns is cancelled within the grace
+period while other jobs run."""
 
 from __future__ import annotations
 
@@ -84,9 +85,21 @@ def test_hostile_models_against_a_running_service(
     target = svc.data_dir / "artifacts" / "sha256" / forged[:2] / forged
     model_ref = _upload(sub, _scripted(PlantsKey(str(key), str(target), 17)), "model.pt")
     spec = {**make_spec(data_ref), "model": {"torchscript": {"artifact": model_ref}}}
-    job = svc.wait_job(_submit(svc, spec, "planter"))
-    assert job["state"] == "failed" and "aten::from_file" in job["error"], job
-    assert str(svc.data_dir) not in job["error"] and str(svc.tmp) not in job["error"]
+    # judged at submission, from the file (never opened by torch): 422 naming the field, no job
+    r = sub.post(
+        "/v1/jobs",
+        json={
+            "mode": "retrain",
+            "model_name": "planter",
+            "spec": spec,
+            "policy": {"name": "e2e-loose", "version": "1"},
+        },
+    )
+    assert r.status_code == 422, r.text
+    reason = r.json()["reason"]
+    assert reason.startswith("spec.model.torchscript: ") and "aten::from_file" in reason, reason
+    assert str(svc.data_dir) not in r.text and str(svc.tmp) not in r.text
+    assert view.get("/v1/jobs").json()["count"] == 0
     assert not target.exists()
     ref = _upload(sub, NEXT_UPLOAD, "next.bin")
     assert view.get(f"/v1/artifacts/{ref}/content").content == NEXT_UPLOAD

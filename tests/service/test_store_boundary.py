@@ -85,7 +85,7 @@ def test_the_cli_offers_the_roles_of_the_vocabulary():
     from clgate.cli import app
     from clgate.schemas.vocab import ROLES
 
-    result = CliRunner().invoke(app, ["keys", "create", "--help"])
+    result = CliRunner().invoke(app, ["keys", "create", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     offered = " ".join(result.output.split())
     assert f"{', '.join(ROLES[:-1])} or {ROLES[-1]}." in offered

@@ -35,22 +35,31 @@ def test_refusals_carry_the_status_the_api_answers_with():
     assert [e("x").status for e in (NotFound, Forbidden, Conflict, Invalid)] == [404, 403, 409, 422]
 
 
-def test_a_record_of_another_project_is_missing_and_an_admin_reads_but_does_not_act(sessions):
+def test_a_record_of_another_project_is_missing_even_to_its_admin_and_only_global_admin_crosses(sessions):
     with session_scope(sessions) as s:
         mine, other, admin = _key(s, "approver", "a"), _key(s, "viewer", "b"), _key(s, "admin", "b")
+        anywhere = _key(s, "global_admin", "b")
         policy, created = policies.publish(s, POLICY, where=Scope(mine), actor="test")
         assert created
         job = Job(project="a", mode="metrics", queue="cpu", model_name="m", policy_id=policy.id, progress={})
         s.add(job)
         s.flush()
         assert Scope(mine).job(s, job.id) is job
-        with pytest.raises(NotFound, match=f"no job {job.id}"):
-            Scope(other).job(s, job.id)
-        assert Scope(admin).job(s, job.id) is job
-        with pytest.raises(Forbidden, match="belongs to project 'a'"):
-            Scope(admin).job(s, job.id, act="waive")
+        for key in (other, admin):  # a project's admin is a key of its project like any other
+            with pytest.raises(NotFound, match=f"no job {job.id}"):
+                Scope(key).job(s, job.id)
+            with pytest.raises(NotFound, match=f"no job {job.id}"):
+                Scope(key).job(s, job.id, act="cancel")
+        assert Scope(anywhere).job(s, job.id) is job
+        assert Scope(anywhere).job(s, job.id, act="waive") is job  # the explicit global role acts across
         with pytest.raises(NotFound):
             policies.get(s, Scope(other), "floor", "1")
+        with pytest.raises(Forbidden, match="project: this key manages project 'b' only"):
+            Scope(admin).may_manage(project="a", role="viewer")
+        with pytest.raises(Forbidden, match="role: only a global_admin"):
+            Scope(admin).may_manage(project="b", role="global_admin")
+        Scope(admin).may_manage(project="b", role="admin")
+        Scope(anywhere).may_manage(project="a", role="global_admin")
 
 
 def test_policy_versions_are_immutable(sessions):
@@ -72,7 +81,7 @@ def test_keys_first_admin_once_and_revoke(sessions):
     assert keys.first_admin(sessions, actor="test") is None
     with session_scope(sessions) as s:
         record = keys.verify(s, key)
-        assert record is not None and record.role == "admin"
+        assert record is not None and record.role == "global_admin"  # the first key crosses projects
         keys.revoke(s, record.id, actor="test")
     with session_scope(sessions) as s:
         assert keys.verify(s, key) is None

@@ -327,3 +327,37 @@ def test_a_child_that_floods_its_output_folder_is_killed(tmp_path, bwrap, monkey
             break
         time.sleep(0.1)
     assert launcher.overflow and proc.returncode is not None
+
+
+CHECKOUT_PROBE = r"""
+import json, os, sys
+out = sys.argv[2]
+root = sys.argv[-1]
+import clgate.schemas, clgate.workers
+seen = {name: os.path.exists(os.path.join(root, name)) for name in ("README.md", ".git", "pyproject.toml", "clgate")}
+open(os.path.join(out, "checkout.json"), "w").write(json.dumps(seen))
+"""  # noqa: E501 - embedded Python source
+
+
+@pytest.mark.parametrize("layout", ["as-installed", "prefix-holds-the-checkout"])
+def test_the_child_sees_the_package_never_the_source_checkout(tmp_path, bwrap, monkeypatch, layout):
+    checkout = sandbox._checkout()
+    if checkout is None or not (checkout / "README.md").is_file():
+        pytest.skip("clgate is installed, not run from a checkout")
+    if layout == "prefix-holds-the-checkout":  # e.g. a virtual environment made around the checkout
+        paths = sandbox._python_paths()
+        monkeypatch.setattr(sandbox, "_python_paths", lambda: sorted({*paths, checkout.parent}))
+    settings, _ = _store(tmp_path, sandbox="bwrap")
+    launch = _launch(tmp_path)
+    monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", CHECKOUT_PROBE])
+    real_argv = sandbox.child_argv
+
+    def with_checkout_arg(*a, **k):
+        argv, env = real_argv(*a, **k)
+        return [*argv, str(checkout)], env
+
+    monkeypatch.setattr(sandbox, "child_argv", with_checkout_arg)
+    proc = sandbox.SandboxLauncher(settings, "bwrap", tmp_path, gpu=False)(launch)
+    proc.communicate(timeout=60)
+    seen = json.loads((launch.out / "checkout.json").read_text())
+    assert seen == {"README.md": False, ".git": False, "pyproject.toml": False, "clgate": True}, seen
