@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from clgate.documents import load_log
+from clgate.documents import load_log, parse_overrides
 from clgate.engine import run_job
 from clgate.engine.data import load_data
 from clgate.engine.evaluator import ContinualEvaluator, select_heldout
@@ -272,7 +272,9 @@ def test_evaluate_mode_counts_equal_the_in_process_evaluator(tmp_path, synthetic
     spec = synthetic_spec(**{"training.save_final": True, "seeds": [0, 1]})
     run_job(spec, tmp_path / "train")
     cks = [str(tmp_path / "train" / f"model-seed{s}.safetensors") for s in (0, 1, 0)]
-    ev_spec = spec.with_overrides(["mode=evaluate", "checkpoints=" + json.dumps(cks), "seeds=[0]"])
+    ev_spec = spec.with_overrides(
+        parse_overrides(["mode=evaluate", "checkpoints=" + json.dumps(cks), "seeds=[0]"])
+    )
     [path] = run_job(ev_spec, tmp_path / "eval")
     log = load_log(path)
     data = load_data(spec.data)
