@@ -64,6 +64,26 @@ def _announce_sandbox(settings, *, required: bool = False) -> None:
         typer.echo(f"warning: {message}", err=True)
 
 
+def _check_broker(broker_url: str, *, timeout_s: float = 3.0) -> None:
+    """Exit 2 naming CLGATE_BROKER_URL (password hidden) when the broker does not answer a ping within
+    ``timeout_s``: Celery would otherwise retry an unreachable broker forever, silently."""
+    # lazy: CLI — `clgate --help` loads neither Redis nor SQLAlchemy
+    import redis
+
+    from clgate.store.db import as_settings_error
+
+    client = redis.Redis.from_url(broker_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        found = as_settings_error(exc, database_url=None, broker_url=broker_url)
+        reason = found or f"CLGATE_BROKER_URL: the job broker is unusable ({type(exc).__name__}: {exc})"
+        typer.echo(f"error: {reason}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        client.close()
+
+
 def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
@@ -148,6 +168,7 @@ def worker(
             err=True,
         )
         raise typer.Exit(2)
+    _check_broker(settings.broker_url)
     _announce_sandbox(settings, required=settings.sandbox == "bwrap")
     # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.workers.app import app as celery_app

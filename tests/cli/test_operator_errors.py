@@ -71,3 +71,18 @@ def test_an_unusable_data_folder_names_clgate_data_dir(tmp_path):
     blocked.write_text("")
     done = _clgate("db", "upgrade", "--data-dir", str(blocked / "data"), env={}, cwd=tmp_path)
     _assert_operator_error(done, "CLGATE_DATA_DIR", str(blocked))
+
+
+def test_a_refused_broker_port_stops_the_worker_naming_the_setting_and_host(tmp_path):
+    port = free_port()  # nothing listens there: Celery alone would retry it forever
+    url = f"redis://:s3cret@127.0.0.1:{port}/0"
+    env = {"CLGATE_BROKER_URL": url, "CLGATE_DATA_DIR": str(tmp_path), "CLGATE_SANDBOX": "auto"}
+    done = _clgate("worker", "--queues", "cpu", env=env, cwd=tmp_path)
+    _assert_operator_error(done, "CLGATE_BROKER_URL", f"127.0.0.1:{port}", "refused")
+    assert "s3cret" not in done.stderr
+
+
+def test_a_reachable_broker_passes_the_workers_check(redis_url):
+    from clgate.cli.service_cmd import _check_broker
+
+    _check_broker(redis_url)  # returns: no exit, the worker would go on to start Celery
