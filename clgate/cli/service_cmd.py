@@ -37,14 +37,14 @@ def _settings(data_dir: Path | None = None, **overrides):
         raise typer.Exit(2) from None
 
 
-def _sessions(settings, *, migrate: bool = True):
+def _sessions(settings, *, migrate: bool = True, sign: bool = True):
     """Sessions on the record store; migrate it first, or (``migrate=False``) wait until a migration job
-    has."""
+    has. ``sign=False``: a reader (the exporter), which holds no signing key and creates none."""
     # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.store import open_store
     from clgate.store.db import wait_for_schema
 
-    store = open_store(settings, migrate=migrate)
+    store = open_store(settings, migrate=migrate, sign=sign)
     wait_for_schema(store.engine, timeout_s=120)
     return store.sessions
 
@@ -219,7 +219,7 @@ def exporter(
     if not 0 < port < 65536:
         typer.echo(f"error: --port: {port} is not a TCP port (1-65535)", err=True)
         raise typer.Exit(2)
-    sessions = _sessions(settings, migrate=False)
+    sessions = _sessions(settings, migrate=False, sign=False)  # it reads: no signing key (deploy/)
     broker = CeleryDispatcher(settings)  # a Redis client only: LLEN of the queue lists, nothing sent
     registry = exporter_registry(
         sessions,

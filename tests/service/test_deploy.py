@@ -540,6 +540,64 @@ def test_every_workload_lists_its_environment_and_gets_only_its_credentials():
             assert name in ("k8s/migrate-job.yaml", "k8s/config.yaml"), name
 
 
+SIGNERS_COMPOSE = {"api", "worker-gpu", "worker-cpu"}
+SIGNERS_K8S = {"clgate-api", "clgate-worker-gpu", "clgate-worker-cpu"}
+
+
+def test_compose_gives_the_signing_key_file_to_exactly_the_api_and_the_workers():
+    doc = compose()
+    assert doc["secrets"]["clgate-signing-key"] == {"file": "./secrets/signing.key"}
+    services = doc["services"]
+    given = {n for n, s in services.items() if "CLGATE_SIGNING_KEY_FILE" in (s.get("environment") or {})}
+    assert given == SIGNERS_COMPOSE
+    for name in SIGNERS_COMPOSE:
+        mounted = {s["source"]: s["target"] for s in services[name]["secrets"]}
+        assert mounted == {"clgate-signing-key": services[name]["environment"]["CLGATE_SIGNING_KEY_FILE"]}
+    for name, svc in services.items():  # migrate, grant, the exporter: neither the file nor the setting
+        if name not in SIGNERS_COMPOSE:
+            assert "signing" not in json.dumps(svc).lower(), name
+
+
+def _secret_files(doc: dict, container: dict) -> dict[str, tuple[str, str]]:
+    """``{file path in the container: (Secret name, key)}`` of the Secret volumes ``container`` mounts."""
+    secrets = {
+        v["name"]: v["secret"] for v in doc["spec"]["template"]["spec"].get("volumes", []) if "secret" in v
+    }
+    files = {}
+    for mount in container.get("volumeMounts", []):
+        secret = secrets.get(mount["name"])
+        if secret is not None:
+            assert mount.get("readOnly") is True, (doc["metadata"]["name"], mount)
+            for item in secret["items"]:
+                files[f"{mount['mountPath']}/{item['path']}"] = (secret["secretName"], item["key"])
+    return files
+
+
+def test_k8s_gives_the_signing_key_file_to_exactly_the_api_and_the_workers():
+    where: dict[str, set[str]] = {}
+    for d in manifests():
+        for c in _containers(d):
+            name = d["metadata"]["name"]
+            files = _secret_files(d, c) if "template" in d.get("spec", {}) else {}
+            for path, (secret, key) in files.items():
+                where.setdefault(secret, set()).add(name)
+                # made from a file by the command config.yaml shows
+                assert f"create secret generic {secret} --from-file={key}=" in config_text(), secret
+                assert {"name": "CLGATE_SIGNING_KEY_FILE", "value": path} in c["env"], name
+            setting = [e for e in c.get("env", []) if e["name"] == "CLGATE_SIGNING_KEY_FILE"]
+            assert bool(setting) == (name in SIGNERS_K8S), name
+            if name not in SIGNERS_K8S:  # the migrate Job and the exporter hold no signing key
+                assert "signing" not in json.dumps(d).lower(), name
+    assert where == {"clgate-signing-key": SIGNERS_K8S}
+    api = next(d for d in manifests() if d["metadata"]["name"] == "clgate-api" and d["kind"] == "Deployment")
+    # the image's user reads the Secret's file (0440) through the pod's group
+    assert api["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 10001
+    for d in manifests():
+        for v in d.get("spec", {}).get("template", {}).get("spec", {}).get("volumes", []):
+            if "secret" in v:
+                assert v["secret"]["defaultMode"] == 0o440, d["metadata"]["name"]
+
+
 # ---------------------------------------------------------------------- the seccomp profile
 PROFILE = DEPLOY / "seccomp" / "clgate-worker.json"
 SECCOMP_EXEC = Path(__file__).with_name("seccomp_exec.py")
