@@ -1,4 +1,4 @@
-"""``clgate audit verify|heads|public-key|rotate-key``: the signed, tamper-evident history.
+"""``clgate audit verify|heads|public-key|new-key|rotate-key``: the signed, tamper-evident history.
 
 ``verify`` needs only public keys (``--key``; by default the store's own signing key when its file is
 here); ``--head`` checks that signed heads taken earlier (a file, ``decision.json`` or the API's
@@ -246,6 +246,24 @@ def audit_public_key(data_dir: Path = DATA_DIR) -> None:
         signer = load_or_create(settings.signing_key_path(), create=settings.signing_key_file is None)
     except SigningKeyError as exc:
         raise _fail(f"CLGATE_SIGNING_KEY_FILE: {exc}") from None
+    typer.echo(signer.public_text)
+
+
+@audit_app.command("new-key")
+def audit_new_key(
+    path: Path = typer.Argument(..., help="The private key file to create (mode 0600; never overwritten)."),
+) -> None:
+    """Create a signing key file for a deployment's secret (CLGATE_SIGNING_KEY_FILE) and print its public
+    key (``ed25519:<base64>``), for verifiers. Needs no store: make it before the first start."""
+    # lazy: CLI — `clgate --help` loads no cryptography
+    from clgate.store.signing import write_new_key
+
+    try:
+        signer = write_new_key(path)
+    except FileExistsError:
+        raise _fail(f"{path}: exists already; a signing key is never overwritten") from None
+    except OSError as exc:
+        raise _fail(f"{path}: {exc.strerror or exc}") from None
     typer.echo(signer.public_text)
 
 
