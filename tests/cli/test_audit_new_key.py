@@ -18,7 +18,13 @@ CLGATE = str(Path(sys.executable).with_name("clgate"))
 def _clgate(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
     return subprocess.run(
-        [CLGATE, *args], capture_output=True, text=True, check=False, cwd=cwd, env={**clean, **env}, timeout=60
+        [CLGATE, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env={**clean, **env},
+        timeout=60,
     )
 
 
