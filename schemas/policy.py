@@ -45,7 +45,7 @@ from pydantic import (
 from clgate.schemas.vocab import Verdict
 
 POLICY_FORMAT: Final = "clgate.policy/v1"
-DEFAULT_ALIAS_VERDICTS: Final[tuple[str, ...]] = ("PASS",)  # the verdicts that move the registry alias
+DEFAULT_ALIAS_VERDICTS: Final[tuple[Verdict, ...]] = ("PASS",)  # the verdicts that move the registry alias
 
 Severity = Literal["block", "warn"]
 OverRuns = Literal["mean", "worst"]
@@ -331,14 +331,16 @@ class RegistryConfig(BaseModel):
     move_alias_on: list[Verdict] = Field(
         default_factory=lambda: list(DEFAULT_ALIAS_VERDICTS),
         min_length=1,
-        description="The verdicts that move the registry alias to the candidate (default [PASS]); never ERROR.",
+        description="Verdicts that move the registry alias to the candidate (default [PASS]); never ERROR.",
     )
 
     @field_validator("move_alias_on")
     @classmethod
     def _no_error(cls, v: list[str]) -> list[str]:
         if "ERROR" in v:
-            raise ValueError("ERROR never moves the alias: an error certifies no release (use PASS, WARN, FAIL)")
+            raise ValueError(
+                "ERROR never moves the alias: an error certifies no release (use PASS, WARN, FAIL)"
+            )
         return list(dict.fromkeys(v))
 
 

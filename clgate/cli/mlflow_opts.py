@@ -30,7 +30,13 @@ ModelUri = Annotated[
 ]
 Alias = Annotated[
     str | None,
-    typer.Option("--alias", help="Registry alias (e.g. champion) moved to --model-uri on PASS (or the policy's registry.move_alias_on)."),
+    typer.Option(
+        "--alias",
+        help=(
+            "Registry alias (e.g. champion) moved to --model-uri on PASS "
+            "(or the verdicts of the policy's registry.move_alias_on)."
+        ),
+    ),
 ]
 
 

@@ -106,9 +106,8 @@ def decision_tags(decision: Decision) -> dict[str, str]:
 def build_tags(provenance: dict[str, Any]) -> dict[str, str]:
     """The candidate and build a decision certifies as MLflow tags (only those its provenance names).
 
-    >>> build_tags({"candidate": {"name": "digits-mlp", "version": "2.4.0"},
-    ...             "build": {"ci": "github", "commit": "1f2e3d4", "run_url": None}})
-    {'clgate.candidate': 'digits-mlp', 'clgate.candidate_version': '2.4.0', 'clgate.commit': '1f2e3d4', 'clgate.ci': 'github'}
+    >>> build_tags({"candidate": {"name": "digits-mlp"}, "build": {"ci": "github", "commit": "1f2e3d4"}})
+    {'clgate.candidate': 'digits-mlp', 'clgate.commit': '1f2e3d4', 'clgate.ci': 'github'}
     """
     candidate = provenance.get("candidate") or {}
     build = provenance.get("build") or {}
@@ -129,7 +128,8 @@ def run_name(decision: Decision) -> str:
     >>> d = Decision.model_construct(verdict="PASS", policy_name="release", policy_version="3", provenance={})
     >>> run_name(d)
     'clgate release@3: PASS'
-    >>> d.provenance = {"candidate": {"name": "digits-mlp", "version": "2.4.0"}, "build": {"commit": "1f2e3d4a5b6c7d8e"}}
+    >>> d.provenance = {"candidate": {"name": "digits-mlp", "version": "2.4.0"}}
+    >>> d.provenance["build"] = {"commit": "1f2e3d4a5b6c7d8e"}
     >>> run_name(d)
     'clgate digits-mlp 2.4.0 @1f2e3d4a5b6c: PASS'
     """
