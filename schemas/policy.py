@@ -42,10 +42,9 @@ from pydantic import (
     model_validator,
 )
 
-from clgate.schemas.vocab import Verdict
-
 POLICY_FORMAT: Final = "clgate.policy/v1"
-DEFAULT_ALIAS_VERDICTS: Final[tuple[Verdict, ...]] = ("PASS",)  # the verdicts that move the registry alias
+AliasVerdict = Literal["PASS", "WARN", "FAIL"]  # a verdict that may move the alias: never ERROR
+DEFAULT_ALIAS_VERDICTS: Final[tuple[AliasVerdict, ...]] = ("PASS",)  # without registry: PASS only
 
 Severity = Literal["block", "warn"]
 OverRuns = Literal["mean", "worst"]
@@ -328,19 +327,24 @@ class RegistryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    move_alias_on: list[Verdict] = Field(
+    move_alias_on: list[AliasVerdict] = Field(
         default_factory=lambda: list(DEFAULT_ALIAS_VERDICTS),
         min_length=1,
         description="Verdicts that move the registry alias to the candidate (default [PASS]); never ERROR.",
     )
 
-    @field_validator("move_alias_on")
+    @field_validator("move_alias_on", mode="before")
     @classmethod
-    def _no_error(cls, v: list[str]) -> list[str]:
-        if "ERROR" in v:
+    def _no_error(cls, v: Any) -> Any:
+        if isinstance(v, list) and "ERROR" in v:
             raise ValueError(
                 "ERROR never moves the alias: an error certifies no release (use PASS, WARN, FAIL)"
             )
+        return v
+
+    @field_validator("move_alias_on")
+    @classmethod
+    def _once_each(cls, v: list[AliasVerdict]) -> list[AliasVerdict]:
         return list(dict.fromkeys(v))
 
 
