@@ -13,6 +13,7 @@ A policy is a YAML or JSON document::
       - {baseline: classes, max_drop: 0.05}                   # no class drops more than 5 points
       - {fmeca: priority, fail_at: High}                      # no High action priority
     fmeca: {default_severity: 6, severity: {"7": 9}, default_detection: 6}
+    registry: {move_alias_on: [PASS, WARN]}                   # optional; default PASS only
 
 Each rule is recognised by its key: ``metric``, ``classes``, ``baseline`` or ``fmeca``. This module
 checks the structure (pydantic only); :class:`clgate.policy.Policy` adds the checks that need the
@@ -42,6 +43,8 @@ from pydantic import (
 )
 
 POLICY_FORMAT: Final = "clgate.policy/v1"
+AliasVerdict = Literal["PASS", "WARN", "FAIL"]  # a verdict that may move the alias: never ERROR
+DEFAULT_ALIAS_VERDICTS: Final[tuple[AliasVerdict, ...]] = ("PASS",)  # without registry: PASS only
 
 Severity = Literal["block", "warn"]
 OverRuns = Literal["mean", "worst"]
@@ -319,6 +322,32 @@ class FmecaConfig(BaseModel):
         return self
 
 
+class RegistryConfig(BaseModel):
+    """What the verdict does to the model registry (``clgate gate --model-uri … --alias …``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    move_alias_on: list[AliasVerdict] = Field(
+        default_factory=lambda: list(DEFAULT_ALIAS_VERDICTS),
+        min_length=1,
+        description="Verdicts that move the registry alias to the candidate (default [PASS]); never ERROR.",
+    )
+
+    @field_validator("move_alias_on", mode="before")
+    @classmethod
+    def _no_error(cls, v: Any) -> Any:
+        if isinstance(v, list) and "ERROR" in v:
+            raise ValueError(
+                "ERROR never moves the alias: an error certifies no release (use PASS, WARN, FAIL)"
+            )
+        return v
+
+    @field_validator("move_alias_on")
+    @classmethod
+    def _once_each(cls, v: list[AliasVerdict]) -> list[AliasVerdict]:
+        return list(dict.fromkeys(v))
+
+
 class Policy(BaseModel):
     """A release policy: rules over metric ids plus the FMECA ratings (structure only; see module doc)."""
 
@@ -331,6 +360,18 @@ class Policy(BaseModel):
     task_accuracy: Literal["macro", "micro"] = Field("macro", description="How task accuracy pools classes.")
     rules: list[Rule] = Field(min_length=1)
     fmeca: FmecaConfig = Field(default_factory=FmecaConfig)
+    registry: RegistryConfig | None = Field(
+        None, description="Which verdicts move the registry alias; none: PASS only."
+    )
+
+    @property
+    def move_alias_on(self) -> tuple[str, ...]:
+        """The verdicts that move the registry alias: the policy's ``registry.move_alias_on``, else PASS.
+
+        >>> Policy.model_validate({"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]}).move_alias_on
+        ('PASS',)
+        """
+        return tuple(self.registry.move_alias_on) if self.registry else DEFAULT_ALIAS_VERDICTS
 
     @field_validator("version", mode="before")
     @classmethod

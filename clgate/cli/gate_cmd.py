@@ -404,7 +404,8 @@ def _gate(a: GateArgs) -> None:
                 f"reports: {result.files['report.html'].parent}/ (report.html, report.md, decision.json, "
                 "metrics.json, fmeca.csv, junit.xml)"
             )
-    report_to_mlflow(mlflow, result, a.out)  # reported on stderr if MLflow fails; the exit code stays
+    # reported on stderr if MLflow fails; the exit code stays
+    report_to_mlflow(mlflow, result, a.out, inputs["policy"].move_alias_on)
     raise typer.Exit(exit_code(result.decision.verdict, fail_on_warn=a.fail_on_warn))
 
 

@@ -6,6 +6,7 @@ A failure to reach MLflow is printed and never changes the exit code, which stay
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -29,7 +30,13 @@ ModelUri = Annotated[
 ]
 Alias = Annotated[
     str | None,
-    typer.Option("--alias", help="Registry alias (e.g. champion) moved to --model-uri on PASS only."),
+    typer.Option(
+        "--alias",
+        help=(
+            "Registry alias (e.g. champion) moved to --model-uri on PASS "
+            "(or the verdicts of the policy's registry.move_alias_on)."
+        ),
+    ),
 ]
 
 
@@ -62,8 +69,14 @@ def mlflow_target(
     return MlflowTarget(uri, experiment, model_uri, alias)
 
 
-def report_to_mlflow(target: MlflowTarget | None, result: GateResult, out: Path | None) -> None:
-    """Log ``result`` to MLflow; say what was done or why it failed (on stderr), never raise."""
+def report_to_mlflow(
+    target: MlflowTarget | None,
+    result: GateResult,
+    out: Path | None,
+    move_alias_on: Collection[str] = ("PASS",),
+) -> None:
+    """Log ``result`` to MLflow; say what was done or why it failed (on stderr), never raise. The alias
+    moves on the verdicts ``move_alias_on`` (the policy's ``registry.move_alias_on``)."""
     if target is None:
         return
     # lazy: mlflow — the optional clgate[mlflow] extra, only with --mlflow-uri
@@ -85,6 +98,7 @@ def report_to_mlflow(target: MlflowTarget | None, result: GateResult, out: Path 
                 experiment=target.experiment,
                 model_uri=target.model_uri,
                 alias=target.alias,
+                move_alias_on=move_alias_on,
             )
         except MlflowUnavailable as exc:
             typer.echo(f"warning: the decision was not logged to MLflow: {exc}", err=True)

@@ -4,7 +4,11 @@ One MLflow run per decision: the metrics (a per-task metric as a series whose st
 a scalar as one value), the verdict and each rule's outcome as tags, the policy as params, and the
 report files (``decision.json``, ``report.html`` …) as artifacts. When the candidate is a registered
 model version (``models:/NAME/VERSION``), that version gets the tags ``clgate.verdict``,
-``clgate.policy`` and ``clgate.run_id``, and on PASS only the alias (``champion``) moves to it.
+``clgate.policy`` and ``clgate.run_id``, and the alias (``champion``) moves to it on the verdicts the
+policy's ``registry.move_alias_on`` lists (PASS only by default; never ERROR). When the decision's
+provenance names the candidate and its build (``clgate gate --candidate …`` in CI, or a service job's
+provenance), the run is named after them and tagged ``clgate.candidate``, ``clgate.commit``,
+``clgate.ci_run`` ….
 
 The registry is a name and a record here: clgate never downloads nor loads an MLflow model. A failure
 to reach MLflow raises :class:`MlflowUnavailable`; the caller reports it and keeps the verdict.
@@ -16,16 +20,17 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clgate.provenance import candidate_label
 from clgate.schemas.decision import Decision
 from clgate.schemas.metrics import RunsResult
+from clgate.schemas.policy import DEFAULT_ALIAS_VERDICTS
 
 MODEL_URI = re.compile(r"^models:/(?P<name>[^/@]+)/(?P<version>[0-9]+)$")
-ALIAS_VERDICTS = frozenset({"PASS"})  # the verdicts that move the alias
 # how long clgate lets MLflow's HTTP client try (its defaults retry for minutes)
 HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
@@ -91,10 +96,50 @@ def decision_tags(decision: Decision) -> dict[str, str]:
         "clgate.policy": f"{decision.policy_name}@{decision.policy_version}",
         "clgate.version": decision.clgate_version,
     }
+    tags.update(build_tags(decision.provenance))
     for rule in decision.rules:
         key = "clgate.rule." + re.sub(r"[^A-Za-z0-9_.\-/ ]", "_", rule.id)[:200]
         tags[key] = f"{rule.status} value={rule.value} threshold={rule.threshold}"
     return tags
+
+
+def build_tags(provenance: dict[str, Any]) -> dict[str, str]:
+    """The candidate and build a decision certifies as MLflow tags (only those its provenance names).
+
+    >>> build_tags({"candidate": {"name": "digits-mlp"}, "build": {"ci": "github", "commit": "1f2e3d4"}})
+    {'clgate.candidate': 'digits-mlp', 'clgate.commit': '1f2e3d4', 'clgate.ci': 'github'}
+    """
+    candidate = provenance.get("candidate") or {}
+    build = provenance.get("build") or {}
+    fields = {
+        "clgate.candidate": candidate.get("name"),
+        "clgate.candidate_version": candidate.get("version"),
+        "clgate.commit": build.get("commit"),
+        "clgate.ci": build.get("ci"),
+        "clgate.ci_run": build.get("run_url"),
+    }
+    return {k: str(v)[:5000] for k, v in fields.items() if v}
+
+
+def run_name(decision: Decision) -> str:
+    """``clgate NAME VERSION @COMMIT: VERDICT`` when the provenance names the candidate and build, else
+    ``clgate POLICY@VERSION: VERDICT``.
+
+    >>> d = Decision.model_construct(verdict="PASS", policy_name="release", policy_version="3", provenance={})
+    >>> run_name(d)
+    'clgate release@3: PASS'
+    >>> d.provenance = {"candidate": {"name": "digits-mlp", "version": "2.4.0"}}
+    >>> d.provenance["build"] = {"commit": "1f2e3d4a5b6c7d8e"}
+    >>> run_name(d)
+    'clgate digits-mlp 2.4.0 @1f2e3d4a5b6c: PASS'
+    """
+    candidate = candidate_label(decision.provenance)
+    commit = (decision.provenance.get("build") or {}).get("commit")
+    parts = [candidate] if candidate else []
+    if commit:
+        parts.append(f"@{str(commit)[:12]}")
+    what = " ".join(parts) or f"{decision.policy_name}@{decision.policy_version}"
+    return f"clgate {what}: {decision.verdict}"
 
 
 @contextlib.contextmanager
@@ -146,9 +191,13 @@ def log_decision(
     experiment: str = "clgate",
     model_uri: str | None = None,
     alias: str | None = None,
+    move_alias_on: Collection[str] = DEFAULT_ALIAS_VERDICTS,
 ) -> MlflowOutcome:
-    """Write the decision to the MLflow server at ``tracking_uri`` (see the module docstring)."""
+    """Write the decision to the MLflow server at ``tracking_uri`` (see the module docstring);
+    ``move_alias_on`` is the policy's ``registry.move_alias_on`` (ERROR is refused: ``ValueError``)."""
     model = parse_model_uri(model_uri) if model_uri else None
+    if "ERROR" in move_alias_on:
+        raise ValueError("move_alias_on: ERROR never moves the alias (an error certifies no release)")
     try:
         from mlflow import MlflowClient
     except ImportError:
@@ -164,7 +213,7 @@ def log_decision(
                 report_dir,
                 experiment,
                 model,
-                alias,
+                (alias, frozenset(move_alias_on)),
             )
         except Exception as exc:  # MlflowException, requests' errors …: reported, never fatal to the verdict
             reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
@@ -178,10 +227,10 @@ def _write(
     report_dir: Path | None,
     experiment: str,
     model: tuple[str, str] | None,
-    alias: str | None,
+    alias: tuple[str | None, frozenset[str]],
 ) -> MlflowOutcome:
     experiment_id = _experiment(client, experiment)
-    tags = {"mlflow.runName": f"clgate {decision.policy_name}@{decision.policy_version}: {decision.verdict}"}
+    tags = {"mlflow.runName": run_name(decision)}
     if model is not None:
         tags["clgate.model_uri"] = f"models:/{model[0]}/{model[1]}"
     run = client.create_run(experiment_id, tags=tags)
@@ -199,21 +248,30 @@ def _write(
 
 
 def _mark_version(
-    client: Any, outcome: MlflowOutcome, decision: Decision, model: tuple[str, str], alias: str | None
+    client: Any,
+    outcome: MlflowOutcome,
+    decision: Decision,
+    model: tuple[str, str],
+    alias_rule: tuple[str | None, frozenset[str]],
 ) -> None:
     name, version = model
+    alias, move_on = alias_rule
     outcome.model_name, outcome.model_version = name, version
     for key, value in (
         ("clgate.verdict", decision.verdict),
         ("clgate.policy", f"{decision.policy_name}@{decision.policy_version}"),
         ("clgate.run_id", outcome.run_id),
+        *build_tags(decision.provenance).items(),
     ):
         client.set_model_version_tag(name, version, key, value)
     if alias is None:
         return
-    if decision.verdict in ALIAS_VERDICTS:
+    if decision.verdict in move_on:
         client.set_registered_model_alias(name, alias, version)
         outcome.alias_moved = True
         outcome.notes.append(f"alias {alias!r} of {name} now points to version {version}")
     else:
-        outcome.notes.append(f"alias {alias!r} of {name} not moved: the verdict is {decision.verdict}")
+        outcome.notes.append(
+            f"alias {alias!r} of {name} not moved: the verdict is {decision.verdict} "
+            f"(the policy moves it on {', '.join(sorted(move_on))})"
+        )

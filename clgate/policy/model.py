@@ -110,8 +110,10 @@ class Policy(PolicySchema):
         return tuple(sorted(ws))
 
     def canonical_json(self) -> str:
-        """Key-sorted JSON of the whole policy (defaults included): what the decision hashes."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """Key-sorted JSON of the whole policy (defaults included): what the decision hashes. A policy
+        without ``registry`` hashes as it did before that optional field existed."""
+        unset = {"registry"} if self.registry is None else None
+        return json.dumps(self.model_dump(mode="json", exclude=unset), sort_keys=True, separators=(",", ":"))
 
 
 def parse_policy(data: dict[str, Any] | str | bytes, source: str | None = None) -> Policy:

@@ -350,9 +350,10 @@ def provenance_details(provenance: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def decision_event(job: Job, verdict: str, document: dict[str, Any]) -> dict[str, Any]:
-    """The webhook event of a job's decision (what a receiver needs to act; the rest is one GET away)."""
+    """The webhook event of a job's decision (what a receiver needs to act; the rest is one GET away):
+    with the candidate's version and build (``candidate_version``, ``build``) when the job names them."""
     policy = f"{document.get('policy_name')}@{document.get('policy_version')}"
-    return {
+    event = {
         "project": job.project,
         "job_id": job.id,
         "model_name": job.model_name,
@@ -362,6 +363,15 @@ def decision_event(job: Job, verdict: str, document: dict[str, Any]) -> dict[str
         "headline": document.get("headline") or {},
         "decided_at": utcnow().isoformat(),
     }
+    provenance = job.provenance or {}
+    candidate = provenance.get("candidate") or {}
+    if candidate.get("name"):
+        event["candidate"] = candidate["name"]
+    if candidate.get("version"):
+        event["candidate_version"] = candidate["version"]
+    if provenance.get("build"):
+        event["build"] = provenance["build"]
+    return event
 
 
 def job_state(store: Store, job_id: str) -> tuple[JobState, str | None]:

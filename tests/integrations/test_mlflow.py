@@ -118,6 +118,62 @@ def test_pass_moves_the_alias_and_fail_does_not(mlflow_server, registered, tmp_p
     assert {a.path for a in client.list_artifacts(run2.info.run_id, "clgate")} >= {"clgate/decision.json"}
 
 
+WARN_POLICY = {
+    "name": "e2e-warn",
+    "version": "1",
+    "rules": [{"metric": "acc", "floor": 0.0}, {"metric": "mica", "floor": 0.99, "severity": "warn"}],
+}
+GITHUB = {
+    "GITHUB_SHA": "1f2e3d4a5b6c7d8e9f0a1b2c3d4e5f6a7b8c9d0e",
+    "GITHUB_SERVER_URL": "https://github.com",
+    "GITHUB_REPOSITORY": "acme/vision",
+    "GITHUB_RUN_ID": "42",
+}
+
+
+def test_the_policy_says_which_verdicts_move_the_alias(mlflow_server, registered, tmp_path, monkeypatch):
+    client, name = registered
+    common = ("--mlflow-uri", mlflow_server, "--mlflow-experiment", "gates", "--alias", "champion")
+    for key in ("CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT"):  # only the GitHub build below
+        monkeypatch.delenv(key, raising=False)
+    for key, value in GITHUB.items():
+        monkeypatch.setenv(key, value)
+    by_default = gate(tmp_path, WARN_POLICY, "--model-uri", f"models:/{name}/1", *common)
+    assert by_default.exit_code == 0, by_default.output
+    assert "not moved: the verdict is WARN (the policy moves it on PASS)" in by_default.output
+    assert not client.get_registered_model(name).aliases  # WARN does not move it by default
+
+    on_warn = {**WARN_POLICY, "registry": {"move_alias_on": ["PASS", "WARN"]}}
+    build = ("--candidate", "digits-mlp", "--candidate-version", "2.4.0")
+    moved = gate(tmp_path, on_warn, "--model-uri", f"models:/{name}/2", *build, *common)
+    assert moved.exit_code == 0, moved.output
+    assert client.get_model_version_by_alias(name, "champion").version == "2"
+    v2 = client.get_model_version(name, "2")
+    assert v2.tags["clgate.verdict"] == "WARN" and v2.tags["clgate.commit"] == GITHUB["GITHUB_SHA"]
+    run = client.get_run(v2.tags["clgate.run_id"])
+    assert run.data.tags["mlflow.runName"] == "clgate digits-mlp 2.4.0 @1f2e3d4a5b6c: WARN"
+    assert run.data.tags["clgate.candidate"] == "digits-mlp"
+    assert run.data.tags["clgate.candidate_version"] == "2.4.0"
+    assert run.data.tags["clgate.commit"] == GITHUB["GITHUB_SHA"]
+    assert run.data.tags["clgate.ci_run"] == "https://github.com/acme/vision/actions/runs/42"
+
+
+@pytest.mark.parametrize(
+    ("move_alias_on", "says"),
+    [
+        pytest.param(["PASS", "ERROR"], "ERROR never moves the alias", id="error"),
+        pytest.param(["SHIP"], "Input should be", id="not-a-verdict"),
+        pytest.param([], "at least 1 item", id="empty"),
+    ],
+)
+def test_a_policy_whose_alias_verdicts_are_wrong_exits_2(tmp_path, move_alias_on, says):
+    policy = {**LOOSE_POLICY, "registry": {"move_alias_on": move_alias_on}}
+    result = gate(tmp_path, policy)
+    assert result.exit_code == 2, result.output
+    assert "registry.move_alias_on" in result.output and says in result.output, result.output
+    assert "Traceback" not in result.output
+
+
 def test_mlflow_down_leaves_the_verdict(tmp_path):
     down = f"http://127.0.0.1:{free_port()}"
     for policy, code in ((STRICT_POLICY, 1), (LOOSE_POLICY, 0)):

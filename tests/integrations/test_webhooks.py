@@ -129,3 +129,19 @@ def test_signature_and_backoff():
         "k", str(int(time.time()) - 3600), body, signature("k", str(int(time.time()) - 3600), body)
     )
     assert [backoff_s(n, 1.0, max_s=5.0) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_the_decision_event_names_the_candidates_build():
+    from clgate.store.jobs import decision_event
+    from clgate.store.models import Job
+
+    document = {"policy_name": "p", "policy_version": "1", "summary": "PASS", "headline": {"acc": 0.9}}
+    build = {"ci": "github", "commit": "1f2e3d4", "run_url": "https://github.com/acme/vision/actions/runs/42"}
+    job = Job(id="j1", project="default", model_name="digits-mlp")
+    job.provenance = {"candidate": {"name": "digits-mlp", "version": "2.4.0"}, "build": build}
+    event = decision_event(job, "PASS", document)
+    assert event["candidate"] == "digits-mlp" and event["candidate_version"] == "2.4.0"
+    assert event["build"] == build and event["policy"] == "p@1" and event["verdict"] == "PASS"
+
+    job.provenance = None  # a job submitted without them: the event has no such keys
+    assert not {"candidate", "candidate_version", "build"} & decision_event(job, "FAIL", document).keys()

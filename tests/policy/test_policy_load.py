@@ -188,3 +188,18 @@ def test_load_policy_names_the_file(tmp_path):
 def test_model_validate_applies_registry_checks():
     with pytest.raises(ValueError, match="unknown metric id 'mika'"):
         Policy.model_validate(_doc({"metric": "mika", "floor": 0.5}))
+
+
+def test_registry_move_alias_on_defaults_to_pass_and_keeps_the_hash_of_a_policy_without_it():
+    from clgate.policy.decide import policy_hash
+
+    plain = parse_policy({"name": "p", "rules": [{"metric": "acc", "floor": 0.5}]})
+    assert plain.move_alias_on == ("PASS",) and plain.registry is None
+    assert "registry" not in plain.canonical_json()  # the hash of every existing policy is unchanged
+    wider = parse_policy(
+        {**plain.model_dump(exclude={"registry"}), "registry": {"move_alias_on": ["WARN", "PASS", "WARN"]}}
+    )
+    assert wider.move_alias_on == ("WARN", "PASS")
+    assert policy_hash(wider) != policy_hash(plain)
+    schema = Policy.model_json_schema()["$defs"]["RegistryConfig"]["properties"]["move_alias_on"]
+    assert schema["items"]["enum"] == ["PASS", "WARN", "FAIL"]  # `clgate schema policy` never offers ERROR
