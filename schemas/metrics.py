@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,7 +32,26 @@ class ClassStats(BaseModel):
     min_after_learned_lcb: float | None = None
 
 
-class MetricsResult(BaseModel):
+class _NotebookViews:
+    """What a notebook shows of a metrics result (one run or several): HTML and a pandas frame."""
+
+    def _result(self) -> MetricsResult | RunsResult:
+        return cast("MetricsResult | RunsResult", self)
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the worst class at its worst moment, the scalar metrics, heatmaps of the accuracies."""
+        return metrics_html(self._result())
+
+    def to_frame(self) -> Any:
+        """The metrics as a pandas DataFrame: a row per (metric, 1-based task) or scalar (needs pandas)."""
+        return frame(metric_records(self._result()), ("metric", "task", "value"))
+
+    def to_pandas(self) -> Any:
+        """The same as :meth:`to_frame`."""
+        return self.to_frame()
+
+
+class MetricsResult(_NotebookViews, BaseModel):
     """All metrics of one evaluation log. ``metrics`` follows the spec's output contract."""
 
     model_config = ConfigDict(extra="forbid")
@@ -72,18 +91,6 @@ class MetricsResult(BaseModel):
     )
     meta: dict = Field(default_factory=dict, description="The log's meta (seed, strategy …).")
 
-    def _repr_html_(self) -> str:
-        """Jupyter: the worst class at its worst moment, the scalar metrics, heatmaps of the accuracies."""
-        return metrics_html(self)
-
-    def to_frame(self) -> Any:
-        """The metrics as a pandas DataFrame: a row per (metric, 1-based task) or scalar (needs pandas)."""
-        return frame(metric_records(self), ("metric", "task", "value"))
-
-    def to_pandas(self) -> Any:
-        """The same as :meth:`to_frame`."""
-        return self.to_frame()
-
 
 class Aggregate(BaseModel):
     """One metric over several runs; per-task metrics aggregate element-wise."""
@@ -93,7 +100,7 @@ class Aggregate(BaseModel):
     worst: MetricValue
 
 
-class RunsResult(BaseModel):
+class RunsResult(_NotebookViews, BaseModel):
     """Several runs (seeds) of one job: per-run results, aggregates, and ``cl_stability``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -103,15 +110,3 @@ class RunsResult(BaseModel):
     aggregates: dict[str, Aggregate]
     runs: list[MetricsResult]
     reasons: dict[str, str] = Field(default_factory=dict)
-
-    def _repr_html_(self) -> str:
-        """Jupyter: the worst class at its worst moment, the scalar metrics, heatmaps of the accuracies."""
-        return metrics_html(self)
-
-    def to_frame(self) -> Any:
-        """The metrics as a pandas DataFrame: a row per (metric, 1-based task) or scalar (needs pandas)."""
-        return frame(metric_records(self), ("metric", "task", "value"))
-
-    def to_pandas(self) -> Any:
-        """The same as :meth:`to_frame`."""
-        return self.to_frame()

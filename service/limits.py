@@ -82,35 +82,48 @@ class RequestGuard:
                 send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
             )
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await _refuse(
-                    send, 413, f"the JSON body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
-                )
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
+        body = await read_body(receive, send, max_bytes=self.max_bytes, what="JSON")
+        if body is None:
+            return
         problem = check_json(body, max_depth=self.max_depth)
         if problem is not None:
             await _refuse(send, 422, problem)
             return
-        replayed = False
+        await self.app(scope, replaying(body, receive), send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+async def read_body(receive: Receive, send: Send, *, max_bytes: int, what: str) -> bytes | None:
+    """The whole request body, or ``None`` when the client left or the body passed ``max_bytes``
+    (then refused: 413 naming the ``what`` body and the setting)."""
+    chunks, size, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            await _refuse(
+                send, 413, f"the {what} body is larger than {max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
+            )
+            return None
+        chunks.append(chunk)
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the application ``body`` (already read) once, then the client's messages."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def check_json(body: bytes, *, max_depth: int) -> str | None:

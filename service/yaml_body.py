@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from clgate.service.limits import _refuse as refuse
+from clgate.service.limits import read_body, replaying
 
 YAML_TYPES = frozenset({b"application/yaml", b"application/x-yaml", b"text/yaml", b"text/x-yaml"})
 
@@ -61,32 +62,14 @@ class YamlBody:
         if media.split(b";")[0].strip().lower() not in YAML_TYPES:
             await self.app(scope, receive, send)
             return
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.max_bytes:
-                reason = f"the YAML body is larger than {self.max_bytes} bytes (CLGATE_MAX_JSON_BYTES)"
-                await refuse(send, 413, reason)
-                return
-            more = message.get("more_body", False)
+        raw = await read_body(receive, send, max_bytes=self.max_bytes, what="YAML")
+        if raw is None:
+            return
         try:
-            body = yaml_to_json(b"".join(chunks))
+            body = yaml_to_json(raw)
         except ValueError as exc:
             await refuse(send, 422, str(exc))
             return
         rest = [(k, v) for k, v in headers if k.lower() not in (b"content-type", b"content-length")]
         json_headers = [*rest, (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app({**scope, "headers": json_headers}, replay, send)
+        await self.app({**scope, "headers": json_headers}, replaying(body, receive), send)

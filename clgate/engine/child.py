@@ -114,27 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     except Diverged:
         return 5
     except EngineInputError as exc:
-        channel.send(
-            {
-                "type": "error",
-                "kind": "input",
-                "class": type(exc).__name__,
-                "message": str(exc)[:MESSAGE_LIMIT],
-            }
-        )
+        _report(channel, "input", exc)
         return 3
     except Exception as exc:
         traceback.print_exc()
-        channel.send(
-            {
-                "type": "error",
-                "kind": "error",
-                "class": type(exc).__name__,
-                "message": str(exc)[:MESSAGE_LIMIT],
-            }
-        )
+        _report(channel, "error", exc)
         return 4
     return 0
+
+
+def _report(channel: PipeChannel, kind: str, exc: Exception) -> None:
+    """Tell the trusted side why the child stops: ``kind`` (bad input or a failure), class, message."""
+    message = str(exc)[:MESSAGE_LIMIT]
+    channel.send({"type": "error", "kind": kind, "class": type(exc).__name__, "message": message})
 
 
 if __name__ == "__main__":

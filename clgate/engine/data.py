@@ -193,6 +193,22 @@ def validate_arrays(
     are scaled to [0, 1] (÷ 65535) as float32; other numeric inputs become float32 as they are.
     """
     arrays = {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+    _check_shapes_and_dtypes(arrays, source)
+    _check_values(arrays, source)
+    class_names = _class_names(y_train, y_test, class_names, source)
+    _check_class_coverage(y_train, y_test, class_names, source)
+    return Dataset(
+        x_train=_as_float(x_train),
+        y_train=y_train.astype(np.int64),
+        x_test=_as_float(x_test),
+        y_test=y_test.astype(np.int64),
+        class_names=class_names,
+        source=source,
+    )
+
+
+def _check_shapes_and_dtypes(arrays: dict[str, Any], source: str) -> None:
+    """Arrays, not empty; samples numeric with a feature axis; labels integer vectors; counts agree."""
     for name, a in arrays.items():
         if not isinstance(a, (np.ndarray, ImageFiles)):
             raise DataError(f"{source}: {name} is not an array")
@@ -218,11 +234,16 @@ def validate_arrays(
         nx, ny = len(arrays[f"x_{split}"]), len(arrays[f"y_{split}"])
         if nx != ny:
             raise DataError(f"{source}: x_{split} has {nx} samples but y_{split} has {ny} labels")
+    x_train, x_test = arrays["x_train"], arrays["x_test"]
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(
             f"{source}: x_train samples have shape {x_train.shape[1:]} but x_test samples have "
             f"shape {x_test.shape[1:]}"
         )
+
+
+def _check_values(arrays: dict[str, Any], source: str) -> None:
+    """Samples finite (float ones), labels not negative."""
     for name in ("x_train", "x_test"):
         a = arrays[name]
         if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
@@ -233,19 +254,31 @@ def validate_arrays(
         a = arrays[name]
         if a.min() < 0:
             raise DataError(f"{source}: {name} has negative label {int(a.min())}; labels must be 0 … C-1")
+
+
+def _class_names(
+    y_train: np.ndarray, y_test: np.ndarray, class_names: list[str] | None, source: str
+) -> list[str]:
+    """The given names as strings (enough of them, none twice), or ``"0" … "C-1"`` when none are given."""
     n_classes = int(max(y_train.max(), y_test.max())) + 1
-    if class_names is not None:
-        class_names = [str(n) for n in class_names]
-        if len(class_names) < n_classes:
-            raise DataError(
-                f"{source}: label {n_classes - 1} is out of range for {len(class_names)} "
-                "class_names (labels must be 0 … C-1)"
-            )
-        if len(set(class_names)) != len(class_names):
-            raise DataError(f"{source}: class_names has duplicate names")
-        n_classes = len(class_names)
-    else:
-        class_names = [str(c) for c in range(n_classes)]
+    if class_names is None:
+        return [str(c) for c in range(n_classes)]
+    class_names = [str(n) for n in class_names]
+    if len(class_names) < n_classes:
+        raise DataError(
+            f"{source}: label {n_classes - 1} is out of range for {len(class_names)} "
+            "class_names (labels must be 0 … C-1)"
+        )
+    if len(set(class_names)) != len(class_names):
+        raise DataError(f"{source}: class_names has duplicate names")
+    return class_names
+
+
+def _check_class_coverage(
+    y_train: np.ndarray, y_test: np.ndarray, class_names: list[str], source: str
+) -> None:
+    """Every class has training samples and held-out samples; test-only classes are named first."""
+    n_classes = len(class_names)
     train_counts = np.bincount(y_train, minlength=n_classes)
     test_counts = np.bincount(y_test, minlength=n_classes)
     test_only = np.flatnonzero((train_counts == 0) & (test_counts > 0))
@@ -266,14 +299,6 @@ def validate_arrays(
             f"{source}: class(es) {_names(no_test, class_names)} have no test samples (every class "
             "needs held-out samples to be evaluated)"
         )
-    return Dataset(
-        x_train=_as_float(x_train),
-        y_train=y_train.astype(np.int64),
-        x_test=_as_float(x_test),
-        y_test=y_test.astype(np.int64),
-        class_names=class_names,
-        source=source,
-    )
 
 
 def _as_float(a: np.ndarray | ImageFiles) -> np.ndarray | ImageFiles:

@@ -22,22 +22,17 @@ so a killed process leaves its finished tasks behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 from clgate.engine.schedule import batch_plan, plan_checkpoints, resolve_device
 from clgate.engine.trusted import (
-    STOP_GRACE_S,
     ChildError,
     ChildLaunch,
     JobCancelled,
     Launcher,
     Progress,
     TrainingDiverged,
-    drive_job,
     local_launcher,
+    run_job,
 )
-from clgate.schemas.job import JobSpec
 
 __all__ = [
     "ChildError",
@@ -52,43 +47,3 @@ __all__ = [
     "resolve_device",
     "run_job",
 ]
-
-
-def run_job(
-    spec: JobSpec,
-    out_dir: Path,
-    *,
-    progress: Callable[[Progress], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    base_dir: Path | None = None,
-    launcher: Launcher = local_launcher,
-    threads: int = 0,
-    gpu: bool = False,
-    work_dir: Path | None = None,
-    stop_grace_s: float = STOP_GRACE_S,
-) -> list[Path]:
-    """Run a job: one evaluation log per seed, ``out_dir/log-seed{seed}.json``; returns their paths.
-
-    Relative paths in the spec (data, model, checkpoints) resolve against ``base_dir`` (default: the
-    current directory). The model runs in a child started by ``launcher`` (at most ``threads`` CPU
-    threads when not 0; ``gpu``: it may use the GPU devices); its inputs are staged in a temporary
-    folder under ``work_dir`` (default: the system's). Raises
-    :class:`~clgate.engine.errors.EngineInputError` (a ``ValueError``) for bad input, including a child
-    that breaks the protocol (:class:`~clgate.engine.protocol.ProtocolError`), :class:`JobCancelled`
-    when ``should_stop`` returns true, and re-raises ``KeyboardInterrupt`` — in both cases after
-    writing the log so far as a valid partial log.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return drive_job(
-        spec,
-        out_dir,
-        progress=progress,
-        should_stop=should_stop,
-        base_dir=Path(base_dir) if base_dir is not None else None,
-        launcher=launcher,
-        threads=threads,
-        gpu=gpu,
-        work_dir=work_dir,
-        stop_grace_s=stop_grace_s,
-    )

@@ -1,6 +1,6 @@
 """The trusted side of a job: it holds the held-out labels, counts, and writes the evaluation log.
 
-:func:`drive_job` loads the data, chooses the evaluation samples, stages the child's inputs
+:func:`run_job` loads the data, chooses the evaluation samples, stages the child's inputs
 (:mod:`clgate.engine.staging`: training samples with labels, held-out inputs shuffled and without
 labels), starts the child through a launcher (a plain subprocess, or bubblewrap from
 :mod:`clgate.workers.sandbox`) and reads its messages (:mod:`clgate.engine.protocol`). It knows which
@@ -621,7 +621,7 @@ def _collect_models(session: _Session, child_out: Path) -> None:
         shutil.move(str(source), session.out_dir / name)
 
 
-def drive_job(
+def run_job(
     spec: JobSpec,
     out_dir: Path,
     *,
@@ -634,7 +634,20 @@ def drive_job(
     work_dir: Path | None = None,
     stop_grace_s: float = STOP_GRACE_S,
 ) -> list[Path]:
-    """Run ``spec`` with its model in a child started by ``launcher``; one log per seed in ``out_dir``."""
+    """Run a job: one evaluation log per seed, ``out_dir/log-seed{seed}.json``; returns their paths.
+
+    Relative paths in the spec (data, model, checkpoints) resolve against ``base_dir`` (default: the
+    current directory). The model runs in a child started by ``launcher`` (at most ``threads`` CPU
+    threads when not 0; ``gpu``: it may use the GPU devices); its inputs are staged in a temporary
+    folder under ``work_dir`` (default: the system's). Raises
+    :class:`~clgate.engine.errors.EngineInputError` (a ``ValueError``) for bad input, including a child
+    that breaks the protocol (:class:`~clgate.engine.protocol.ProtocolError`), :class:`JobCancelled`
+    when ``should_stop`` returns true, and re-raises ``KeyboardInterrupt`` — in both cases after
+    writing the log so far as a valid partial log.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    base_dir = Path(base_dir) if base_dir is not None else None
     data = load_data(spec.data, base_dir)
     tasks = tasks_from_spec(spec.scenario, data.n_classes)
     digest = data.digest()

@@ -28,15 +28,17 @@ False
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import re
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO
 
 log = logging.getLogger("clgate.store")
 CHUNK = 1 << 20
@@ -114,6 +116,24 @@ def hash_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(CHUNK), b""):
             hasher.update(chunk)
     return hasher.hexdigest()
+
+
+@dataclass
+class _Sink:
+    """Bytes on their way into a temporary file: hashed and counted, refused past ``max_bytes``."""
+
+    out: BinaryIO
+    tmp_name: str
+    max_bytes: int | None = None
+    size: int = 0
+    hasher: Any = field(default_factory=hashlib.sha256)
+
+    def write(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.max_bytes is not None and self.size > self.max_bytes:
+            raise ArtifactTooLarge(self.max_bytes)
+        self.hasher.update(chunk)
+        self.out.write(chunk)
 
 
 class ArtifactStore:
@@ -241,40 +261,31 @@ class ArtifactStore:
         os.replace(tmp_name, final)
         return Stored(digest, size, created=True)
 
+    @contextlib.contextmanager
+    def _writing(self, *, max_bytes: int | None = None) -> Iterator[_Sink]:
+        """A temporary file that hashes and counts what is written; removed if writing fails."""
+        fd, tmp_name = self._tmp()
+        try:
+            with os.fdopen(fd, "wb") as out:
+                yield _Sink(out, tmp_name, max_bytes)
+        except BaseException:
+            os.unlink(tmp_name)
+            raise
+
     async def put_stream(
         self, chunks: AsyncIterator[bytes], *, max_bytes: int, expected_sha256: str | None = None
     ) -> Stored:
         """Stream ``chunks`` into the store; raises :class:`ArtifactTooLarge` past ``max_bytes``."""
-        fd, tmp_name = self._tmp()
-        hasher = hashlib.sha256()
-        size = 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                async for chunk in chunks:
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise ArtifactTooLarge(max_bytes)
-                    hasher.update(chunk)
-                    out.write(chunk)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
-        return self._commit(tmp_name, hasher.hexdigest(), size, expected_sha256)
+        with self._writing(max_bytes=max_bytes) as sink:
+            async for chunk in chunks:
+                sink.write(chunk)
+        return self._commit(sink.tmp_name, sink.hasher.hexdigest(), sink.size, expected_sha256)
 
     def put_chunks(self, chunks: Iterable[bytes]) -> Stored:
-        fd, tmp_name = self._tmp()
-        hasher = hashlib.sha256()
-        size = 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    size += len(chunk)
-                    hasher.update(chunk)
-                    out.write(chunk)
-        except BaseException:
-            os.unlink(tmp_name)
-            raise
-        return self._commit(tmp_name, hasher.hexdigest(), size, None)
+        with self._writing() as sink:
+            for chunk in chunks:
+                sink.write(chunk)
+        return self._commit(sink.tmp_name, sink.hasher.hexdigest(), sink.size, None)
 
     def put_bytes(self, data: bytes) -> Stored:
         return self.put_chunks([data])

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clgate.store.models import AuditEvent
-from clgate.store.scope import Scope
+from clgate.store.scope import Scope, filtered, total
 
 
 def page(
@@ -23,13 +23,12 @@ def page(
     limit: int = 100,
 ) -> tuple[Sequence[AuditEvent], int]:
     """One page of the events ``where`` sees (newest first), with the filters, and the total."""
-    q = where.where(select(AuditEvent), AuditEvent.project)
-    if subject_type:
-        q = q.where(AuditEvent.subject_type == subject_type)
-    if subject_id:
-        q = q.where(AuditEvent.subject_id == subject_id)
-    if action:
-        q = q.where(AuditEvent.action == action)
-    count = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    q = filtered(
+        where.where(select(AuditEvent), AuditEvent.project),
+        (AuditEvent.subject_type, subject_type),
+        (AuditEvent.subject_id, subject_id),
+        (AuditEvent.action, action),
+    )
+    count = total(session, q)
     rows = session.scalars(q.order_by(AuditEvent.id.desc()).offset(skip).limit(limit)).all()
     return rows, count

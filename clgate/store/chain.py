@@ -220,9 +220,13 @@ class Break:
     reason: str
 
     def __str__(self) -> str:
-        where = f"seq {self.seq}" if self.seq is not None else "head"
-        record = f" (record {self.record})" if self.record is not None else ""
-        return f"{self.chain}: {where}{record}: {self.reason}"
+        return f"{self.chain}: {locate(self.seq, self.record, otherwise='head')}: {self.reason}"
+
+
+def locate(seq: int | None, record: str | None, *, otherwise: str) -> str:
+    """Where a problem sits, for a message: ``seq 4 (record j-1)``, or ``otherwise`` with no seq."""
+    where = f"seq {seq}" if seq is not None else otherwise
+    return where + (f" (record {record})" if record is not None else "")
 
 
 @dataclass(frozen=True)

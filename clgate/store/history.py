@@ -279,9 +279,8 @@ class Problem:
     reason: str
 
     def __str__(self) -> str:
-        where = f"seq {self.seq}" if self.seq is not None else "table"
-        record = f" (record {self.subject})" if self.subject is not None else ""
-        return f"history {self.family}: {where}{record}: {self.reason}"
+        where = _chain.locate(self.seq, self.subject, otherwise="table")
+        return f"history {self.family}: {where}: {self.reason}"
 
 
 @dataclass(frozen=True)

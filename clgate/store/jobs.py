@@ -50,7 +50,7 @@ from clgate.store.models import (
     utcnow,
 )
 from clgate.store.refs import find_refs
-from clgate.store.scope import Scope
+from clgate.store.scope import Scope, filtered, total
 
 
 def worker_name() -> str:
@@ -585,16 +585,14 @@ def page(
     limit: int = 100,
 ) -> tuple[list[JobView], int]:
     """One page of the jobs ``where`` sees (newest first), with the filters, and the total."""
-    q = _views(where)
-    if state:
-        q = q.where(Job.state == state)
-    if mode:
-        q = q.where(Job.mode == mode)
-    if model_name:
-        q = q.where(Job.model_name == model_name)
-    if verdict:
-        q = q.where(Decision.verdict == verdict)
-    count = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    q = filtered(
+        _views(where),
+        (Job.state, state),
+        (Job.mode, mode),
+        (Job.model_name, model_name),
+        (Decision.verdict, verdict),
+    )
+    count = total(session, q)
     rows = session.execute(q.order_by(Job.created_at.desc(), Job.id).offset(skip).limit(limit)).all()
     return [_view(r) for r in rows], count
 

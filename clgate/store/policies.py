@@ -7,14 +7,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clgate.policy import PolicyError, parse_policy
 from clgate.store.db import audit
 from clgate.store.errors import Conflict, Invalid, NotFound
 from clgate.store.models import Policy
-from clgate.store.scope import Scope
+from clgate.store.scope import Scope, total
 
 
 def _version(session: Session, project: str, name: str, version: str) -> Policy | None:
@@ -88,7 +88,7 @@ def page(
     q = where.where(select(Policy), Policy.project)
     if name:
         q = q.where(Policy.name == name)
-    count = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    count = total(session, q)
     rows = session.scalars(q.order_by(Policy.name, Policy.created_at).offset(skip).limit(limit)).all()
     return rows, count
 

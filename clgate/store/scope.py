@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, exists, select, true
+from sqlalchemy import ColumnElement, Select, exists, func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -122,3 +122,16 @@ class Scope:
             )
         if role == Role.global_admin.name:
             raise Forbidden("role: only a global_admin key may create a global_admin key")
+
+
+def filtered(query: Select[Any], *equal: tuple[Any, Any]) -> Select[Any]:
+    """``query`` narrowed to ``column == value`` for every ``(column, value)`` whose value is given."""
+    for column, value in equal:
+        if value:
+            query = query.where(column == value)
+    return query
+
+
+def total(session: Session, query: Select[Any]) -> int:
+    """How many rows ``query`` selects (before paging)."""
+    return session.scalar(select(func.count()).select_from(query.subquery())) or 0

@@ -11,14 +11,14 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate.store.artifacts import Stored
 from clgate.store.db import audit, session_scope
 from clgate.store.errors import NotFound
 from clgate.store.models import Artifact, AuditEvent, ProjectArtifact
-from clgate.store.scope import Scope
+from clgate.store.scope import Scope, total
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def page(
     q = select(Artifact).where(where.artifact_visible())
     if kind:
         q = q.where(Artifact.kind == kind)
-    count = session.scalar(select(func.count()).select_from(q.subquery())) or 0
+    count = total(session, q)
     rows = session.scalars(q.order_by(Artifact.created_at.desc()).offset(skip).limit(limit)).all()
     return _views(session, where, rows), count
 

@@ -10,12 +10,13 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session
 
 from clgate.store import Store
 from clgate.store.db import session_scope
 from clgate.store.models import Decision, Job, JobFile, Waiver, Webhook, WebhookDelivery, as_utc, utcnow
+from clgate.store.scope import total
 
 EVENTS = ("decision", "waiver")
 
@@ -59,7 +60,7 @@ def listed(s: Session, visible: Any) -> list[Webhook]:
 def deliveries(s: Session, webhook_id: str, *, skip: int, limit: int) -> tuple[list[WebhookDelivery], int]:
     """The webhook's delivery log, newest first, and its length."""
     q = select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
-    count = s.scalar(select(func.count()).select_from(q.subquery())) or 0
+    count = total(s, q)
     rows = s.scalars(
         q.order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id).offset(skip).limit(limit)
     )
