@@ -168,8 +168,8 @@ def worker(
             err=True,
         )
         raise typer.Exit(2)
+    _announce_sandbox(settings, required=settings.sandbox == "bwrap")  # configuration first, then the broker
     _check_broker(settings.broker_url)
-    _announce_sandbox(settings, required=settings.sandbox == "bwrap")
     # lazy: CLI — `clgate --help` loads neither SQLAlchemy, FastAPI nor Celery
     from clgate.workers.app import app as celery_app
 

@@ -34,14 +34,17 @@ def env(monkeypatch, tmp_path):
 
 @pytest.fixture
 def started(monkeypatch) -> list[str]:
-    """Records what would have been started (uvicorn, the Celery worker) instead of starting it."""
+    """Records what would have been started (uvicorn, the Celery worker) instead of starting it; the
+    worker's broker check passes (tests/cli/test_operator_errors.py covers an unreachable broker)."""
     calls: list[str] = []
     import uvicorn
 
+    from clgate.cli import service_cmd
     from clgate.workers.app import app as celery_app
 
     monkeypatch.setattr(uvicorn, "run", lambda *a, **k: calls.append("uvicorn"))
     monkeypatch.setattr(celery_app, "worker_main", lambda argv: calls.append("celery"))
+    monkeypatch.setattr(service_cmd, "_check_broker", lambda url, **k: None)
     return calls
 
 
