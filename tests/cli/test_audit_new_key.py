@@ -3,29 +3,17 @@ before any store exists; its public key is what verifiers are given."""
 
 from __future__ import annotations
 
-import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 from clgate.store import open_store
 from clgate.store.settings import Settings
-
-CLGATE = str(Path(sys.executable).with_name("clgate"))
+from tests.fixtures.cli import run_clgate
 
 
 def _clgate(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
-    return subprocess.run(
-        [CLGATE, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env={**clean, **env},
-        timeout=60,
-    )
+    return run_clgate(*args, cwd=cwd, env=env, timeout=60)
 
 
 def test_new_key_makes_the_file_the_service_signs_with(tmp_path):

@@ -3,29 +3,14 @@ to fix: exit 2 naming the setting and the host (password hidden), never "interna
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import run_clgate
 from tests.fixtures.service import free_port
 
-CLGATE = str(Path(sys.executable).with_name("clgate"))
-
-
-def _clgate(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
-    return subprocess.run(
-        [CLGATE, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env={**clean, **env},
-        timeout=120,
-    )
+_clgate = run_clgate
 
 
 def _assert_operator_error(done: subprocess.CompletedProcess[str], setting: str, *needles: str) -> None:
