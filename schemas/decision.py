@@ -34,7 +34,7 @@ class RuleResult(BaseModel):
 
     index: int = Field(description="Position of the rule in the policy (rules[index]).")
     id: str = Field(description="The rule's id, or a readable default such as 'mica@worst >= 0.5'.")
-    kind: Literal["metric", "class", "baseline", "fmeca"]
+    kind: str = Field(description="metric, class, baseline, fmeca, or the kind of a plug-in rule.")
     metric: str | None = Field(None, description="Metric id (or 'classes', 'fmeca.priority', 'fmeca.rpn').")
     severity: Literal["block", "warn"]
     value: float | None = Field(None, description="The value judged (null when it could not be computed).")
@@ -93,6 +93,15 @@ class Headline(BaseModel):
     )
     worst_classes: list[WorstClass] = Field(
         default_factory=list, description="Lowest final accuracies first."
+    )
+    plugins: dict[str, float | None] = Field(
+        default_factory=dict,
+        description=(
+            "Plug-in metric id → its final value (mean over runs); left out when no plug-in metric is "
+            "installed."
+        ),
+        # a decision made without plug-ins serialises (and hashes) as it did before the field existed
+        exclude_if=lambda plugins: not plugins,
     )
 
 

@@ -73,6 +73,8 @@ def parse_at(at: str) -> tuple[str, int | None]:
 
 
 class _Rule(BaseModel):
+    """What every rule has: an id, a description, a severity and how several seeds are judged."""
+
     model_config = ConfigDict(extra="forbid")
 
     id: str | None = Field(None, description="Short name shown in reports and JUnit (default: derived).")
@@ -171,28 +173,58 @@ class FmecaRule(_Rule):
         return self
 
 
+RuleBase = _Rule
+"""The fields every rule has; a plug-in rule kind's model subclasses it (``clgate.rules`` entry points)."""
+
+PLUGIN_KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class PluginRule(_Rule):
+    """A rule of a plug-in kind (``{kind: class_group_mean, …}``): a ``kind`` that no built-in rule has.
+
+    Its other fields are the plug-in's: they are validated when the policy is loaded, by the model of the
+    installed plug-in that provides the kind (``clgate plugins`` lists them); an unknown kind is refused.
+    """
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"additionalProperties": True})
+
+    kind: str = Field(
+        pattern=PLUGIN_KIND.pattern,
+        description="The rule kind of an installed plug-in (validated at load, with the plug-in's fields).",
+    )
+
+
 RULE_TAGS = ("metric", "class", "baseline", "fmeca")
+"""The built-in rule kinds (each recognised by its key); plug-in kinds are tagged :data:`PLUGIN_TAG`."""
+PLUGIN_TAG = "plugin"
 _KEY_TO_TAG = {"metric": "metric", "classes": "class", "baseline": "baseline", "fmeca": "fmeca"}
 
 
 def _rule_tag(v: Any) -> str | None:
     if isinstance(v, dict):
+        kind = v.get("kind")
+        if isinstance(kind, str) and kind not in RULE_TAGS:
+            return PLUGIN_TAG  # a plug-in kind: its own fields may be named like a built-in's keys
         found = [tag for key, tag in _KEY_TO_TAG.items() if key in v]
         if len(found) == 1:
             return found[0]
         return None
-    return getattr(v, "kind", None)
+    kind = getattr(v, "kind", None)
+    return kind if kind in RULE_TAGS or kind is None else PLUGIN_TAG
 
 
 Rule = Annotated[
     Annotated[MetricRule, Tag("metric")]
     | Annotated[ClassRule, Tag("class")]
     | Annotated[BaselineRule, Tag("baseline")]
-    | Annotated[FmecaRule, Tag("fmeca")],
+    | Annotated[FmecaRule, Tag("fmeca")]
+    | Annotated[PluginRule, Tag(PLUGIN_TAG)],
     Discriminator(
         _rule_tag,
         custom_error_type="rule_kind",
-        custom_error_message="a rule needs exactly one of the keys metric, classes, baseline, fmeca",
+        custom_error_message=(
+            "a rule needs exactly one of the keys metric, classes, baseline, fmeca (or the kind of a plug-in)"
+        ),
     ),
 ]
 
@@ -379,7 +411,7 @@ class Policy(BaseModel):
         return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
-def rule_label(rule: MetricRule | ClassRule | BaselineRule | FmecaRule, index: int) -> str:
+def rule_label(rule: MetricRule | ClassRule | BaselineRule | FmecaRule | PluginRule, index: int) -> str:
     """The rule's ``id`` or a readable default.
 
     >>> rule_label(MetricRule(metric="mica", at="worst", floor=0.5), 0)
@@ -404,6 +436,8 @@ def rule_label(rule: MetricRule | ClassRule | BaselineRule | FmecaRule, index: i
     if isinstance(rule, BaselineRule):
         rel = " (relative)" if rule.relative else ""
         return f"baseline {rule.baseline} drop <= {_num(rule.max_drop)}{rel}"
+    if not isinstance(rule, FmecaRule):  # a plug-in kind (its judge may give a better label)
+        return f"{rule.kind} #{index}"
     if rule.fmeca == "priority":
         return f"fmeca no {rule.fail_at}{'+' if rule.fail_at == 'Medium' else ''} priority"
     return f"fmeca rpn < {rule.limit}"

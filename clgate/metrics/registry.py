@@ -2,7 +2,8 @@
 
 Policies, reports and Prometheus read this registry instead of guessing what a metric means. Fixed ids
 live in :data:`REGISTRY`; the windowed families ``wf{w}`` and ``wp{w}`` (any window ``w ≥ 2``) are
-resolved by :func:`metric_info`.
+resolved by :func:`metric_info`, and so are the ids of installed plug-ins (:mod:`clgate.metrics.plugins`,
+entry-point group ``clgate.metrics``), which come after the built-ins in :func:`metric_ids`.
 
 >>> metric_info("mica").higher_is_better
 True
@@ -14,6 +15,8 @@ True
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Sequence
@@ -21,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Literal
 
-from clgate.metrics import steps
+from clgate.metrics import plugins, steps
+from clgate.metrics.plugins import FAILED, MetricInputs, MetricPlugin, MetricPlugins, PluginOrigin
 from clgate.metrics.steps import NEED_REASONS, Outcome
 
 Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
@@ -66,6 +70,8 @@ class MetricInfo:
     """Ids this metric is computed from: their needs reach it through their values (weighed by options)."""
     gauge: Gauge | None = None
     """The Prometheus gauge of the metric's value in each model's latest decision (None: not exported)."""
+    origin: PluginOrigin | None = None
+    """The plug-in (distribution, version, entry point) that provides the id; None for a built-in."""
 
     @property
     def hard_needs(self) -> frozenset[str]:
@@ -93,6 +99,7 @@ def _info(
     min_tasks: int | None = None,
     inputs: Sequence[str] = (),
     gauge: Gauge | None = None,
+    origin: PluginOrigin | None = None,
 ) -> MetricInfo:
     unknown = set(needs) - NEEDS
     assert not unknown, unknown
@@ -111,6 +118,7 @@ def _info(
         min_tasks,
         tuple(inputs),
         gauge,
+        origin,
     )
 
 
@@ -489,6 +497,9 @@ def metric_info(metric_id: str) -> MetricInfo:
     """
     if metric_id in REGISTRY:
         return REGISTRY[metric_id]
+    found = plugin_registry().get(metric_id) if isinstance(metric_id, str) else None
+    if found is not None:
+        return found
     match = _WINDOWED_ID.match(metric_id) if isinstance(metric_id, str) else None
     if (
         match
@@ -500,7 +511,7 @@ def metric_info(metric_id: str) -> MetricInfo:
         w = int(match.group(2))
         compute = None if family.compute is None else partial(family.compute, window=w)
         return replace(family, id=metric_id, name=f"{family.name} (w = {w})", compute=compute)
-    known = ", ".join(REGISTRY)
+    known = ", ".join([*REGISTRY, *plugin_registry()])
     raise KeyError(
         f"unknown metric id {metric_id!r}; known ids: {known}, "
         f"and wf{{w}} / wp{{w}} for a window 2 ≤ w ≤ {MAX_WINDOW} (e.g. wf10)"
@@ -519,4 +530,89 @@ def metric_ids(windows: Sequence[int] = (10, 100)) -> list[str]:
             for w in windows:
                 ids += [f"wf{w}", f"wp{w}"]
         ids.append(metric_id)
-    return ids
+    return ids + list(plugin_registry())  # plug-ins last: every built-in is computed before them
+
+
+# ---------------------------------------------------------------------------------------------- plug-ins
+def is_builtin(metric_id: str) -> bool:
+    """Whether ``metric_id`` is (or would be) a built-in id: a fixed id, any ``wf…``/``wp…`` followed by
+    digits, or ``classes`` (what baseline rules name). A plug-in may not take one.
+
+    >>> is_builtin("mica"), is_builtin("wf07"), is_builtin("cost_weighted_acc")
+    (True, True, False)
+    """
+    return metric_id in REGISTRY or metric_id == "classes" or _WINDOWED_ID.match(metric_id) is not None
+
+
+def found_plugins() -> MetricPlugins:
+    """The installed ``clgate.metrics`` plug-ins (loaded once per process; ``CLGATE_PLUGINS=off``: none)."""
+    return plugins.metric_plugins(is_builtin)
+
+
+def plugin_registry() -> dict[str, MetricInfo]:
+    """Plug-in id → :class:`MetricInfo`, in id order; a broken plug-in's id computes to null, its reason
+    naming the plug-in and what went wrong."""
+    return _plugin_infos(found_plugins())
+
+
+@functools.cache
+def _plugin_infos(found: MetricPlugins) -> dict[str, MetricInfo]:
+    infos: dict[str, MetricInfo] = {}
+    for metric_id, m in found.metrics.items():
+        source = f"plug-in {m.origin.distribution} {m.origin.version}"
+        if m.plugin is None:
+            reason = f"{FAILED} ({m.origin}): {m.problem}"
+            infos[metric_id] = _info(
+                metric_id,
+                metric_id,
+                source,
+                "scalar",
+                (-math.inf, math.inf),
+                True,
+                [],
+                f"Broken plug-in: {m.problem}",
+                partial(_broken, reason=reason),
+                min_tasks=0,
+                origin=m.origin,
+            )
+            continue
+        p = m.plugin
+        lo, hi = (float(v) for v in p.range)
+        gauge = None
+        if p.gauge:
+            unit = "_ratio" if lo >= 0 and hi <= 1 else ""
+            gauge = Gauge(
+                f"clgate_plugin_{metric_id}{unit}",
+                f"{p.name} (plug-in {m.origin.distribution}) of the latest decision.",
+            )
+        infos[metric_id] = _info(
+            metric_id,
+            p.name,
+            p.source or source,
+            p.shape,
+            (lo, hi),
+            p.higher_is_better,
+            list(p.needs),
+            p.description,
+            partial(_compute_plugin, plugin=p, origin=m.origin),
+            gauge=gauge,
+            origin=m.origin,
+        )
+    return infos
+
+
+def _broken(ctx: steps.MetricContext, *, reason: str) -> Outcome:
+    return Outcome(None, reason=reason)
+
+
+def _compute_plugin(ctx: steps.MetricContext, *, plugin: MetricPlugin, origin: PluginOrigin) -> Outcome:
+    """A plug-in's value from read-only copies of the log's tensors and the built-ins' values so far."""
+    builtins = {k: v for k, v in ctx.metrics.items() if is_builtin(k)}
+    inputs = MetricInputs.from_arrays(ctx.a, builtins=builtins, baseline=ctx.baseline)
+    return plugins.run_plugin(plugin, origin, inputs)
+
+
+def reload_plugins() -> None:
+    """Forget the plug-ins found so far (metrics and the caches built from them)."""
+    plugins.reload()
+    _plugin_infos.cache_clear()

@@ -13,6 +13,7 @@ from clgate._version import __version__
 from clgate.logfile import log_sha256
 from clgate.metrics import compute_metrics, compute_runs
 from clgate.metrics.arrays import LogArrays
+from clgate.metrics.registry import plugin_registry
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
 from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
@@ -142,6 +143,7 @@ def headline(metrics: RunsResult, worst: int = 5) -> Headline:
         class_regression=_last(m.get("class_regression")),
         class_regression_class=_regressed_class(runs),
         worst_classes=worst_classes,
+        plugins={mid: _last(m[mid]) for mid in plugin_registry() if mid in m},
     )
 
 

@@ -32,6 +32,7 @@ from clgate.policy.judges import (
     RuleError,
     describe_missing,
 )
+from clgate.policy.plugins import finite, rule_kinds
 from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import MetricsResult
@@ -64,6 +65,8 @@ def evaluate_rules(
 
 def _rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs: Inputs) -> RuleResult:
     """The judge of the rule's kind, its answer (or its error) as a :class:`RuleResult`."""
+    if rule.kind not in JUDGES:
+        return _plugin_rule_result(rule, i, runs, inputs)
     judge = JUDGES[rule.kind]
     base = {
         "index": i,
@@ -75,12 +78,20 @@ def _rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs: Input
     try:
         judged: Judged = judge.judge(rule, runs, inputs)
     except RuleError as exc:
-        extra: dict[str, Any] = (
-            {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
-        )
-        return RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}", **extra)
+        return _error_result(base, exc)
+    return _judged_result(base, rule.severity, judged)
+
+
+def _error_result(base: dict[str, Any], exc: RuleError) -> RuleResult:
+    extra: dict[str, Any] = (
+        {"evidence": {"incomplete": exc.missing}} if isinstance(exc, IncompleteInput) else {}
+    )
+    return RuleResult(**base, status="error", passed=None, message=f"cannot evaluate: {exc}", **extra)
+
+
+def _judged_result(base: dict[str, Any], severity: str, judged: Judged) -> RuleResult:
     passed = judged.margin >= -TOLERANCE
-    status: RuleStatus = "pass" if passed else ("fail" if rule.severity == "block" else "warn")
+    status: RuleStatus = "pass" if passed else ("fail" if severity == "block" else "warn")
     return RuleResult(
         **base,
         value=judged.value,
@@ -92,6 +103,39 @@ def _rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs: Input
         message=judged.message,
         evidence=judged.evidence,
     )
+
+
+def _plugin_rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs: Inputs) -> RuleResult:
+    """A rule of a plug-in kind: judged like a built-in; a broken plug-in, a judge that raises anything but
+    :class:`RuleError` or answers with no finite value gives ``error``, naming the plug-in."""
+    found = rule_kinds().kinds.get(rule.kind)
+    base: dict[str, Any] = {"index": i, "id": rule.id or rule_label(rule, i), "kind": rule.kind}
+    base["severity"] = rule.severity
+    if found is None or found.judge is None:
+        why = "no installed plug-in provides it" if found is None else f"{found.origin}: {found.problem}"
+        return _error_result(base, RuleError(f"plug-in rule kind {rule.kind!r} is broken ({why})"))
+    judge = found.judge
+    try:
+        model = judge.rule_type.model_validate(rule.model_dump())
+        base["id"] = rule.id or (judge.label(model) if judge.label else rule_label(rule, i))
+        base["metric"] = judge.subject(model)
+        judged = judge.judge(model, runs, inputs)
+    except RuleError as exc:
+        return _error_result(base, exc)
+    except Exception as exc:  # the plug-in's failure, named; never a pass
+        why = f"plug-in rule kind {rule.kind!r} ({found.origin}) raised {type(exc).__name__}: {exc}"
+        return _error_result(base, RuleError(why))
+    if not (
+        isinstance(judged, Judged)
+        and all(finite(x) for x in (judged.value, judged.threshold, judged.margin))
+        and judged.comparison in (">=", "<=", "<")
+    ):
+        why = (
+            f"plug-in rule kind {rule.kind!r} ({found.origin}) answered {type(judged).__name__} without a "
+            "finite value, threshold and margin and a comparison >=, <= or <"
+        )
+        return _error_result(base, RuleError(why))
+    return _judged_result(base, rule.severity, judged)
 
 
 def verdict_of(

@@ -10,12 +10,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import model_validator
+from pydantic import ValidationError, model_validator
 
 from clgate.documents import parse_document, read_text
 from clgate.metrics import REGISTRY, metric_info
-from clgate.schemas.errors import InputError, validate
-from clgate.schemas.policy import RULE_TAGS, BaselineRule, MetricRule
+from clgate.metrics.registry import plugin_registry
+from clgate.policy.plugins import rule_kinds
+from clgate.schemas.errors import InputError, problems_of, validate
+from clgate.schemas.policy import PLUGIN_TAG, RULE_TAGS, BaselineRule, MetricRule, PluginRule
 from clgate.schemas.policy import Policy as PolicySchema
 
 # Metrics that have a lower-confidence-bound counterpart computed by clgate.metrics.
@@ -46,9 +48,12 @@ def _range_problem(where: str, value: float, metric: str, info: Any) -> str | No
 
 def registry_problems(policy: PolicySchema) -> list[str]:
     """Problems the structure cannot see: unknown metric ids, ``at`` on scalars, out-of-range thresholds."""
-    known = sorted(REGISTRY)
+    known = sorted([*REGISTRY, *plugin_registry()])
     problems: list[str] = []
     for i, rule in enumerate(policy.rules):
+        if isinstance(rule, PluginRule):
+            problems += plugin_rule_problems(rule, f"rules[{i}]")
+            continue
         if isinstance(rule, MetricRule):
             field, metric = "metric", rule.metric
         elif isinstance(rule, BaselineRule):
@@ -82,6 +87,27 @@ def registry_problems(policy: PolicySchema) -> list[str]:
                     if p:
                         problems.append(p)
     return problems
+
+
+def plugin_rule_problems(rule: PluginRule, where: str) -> list[str]:
+    """A plug-in kind's fields, validated by its plug-in's model; an unknown kind is refused. A broken
+    plug-in's kind loads (its rules are judged ``error``, naming the plug-in)."""
+    kinds = rule_kinds().kinds
+    found = kinds.get(rule.kind)
+    if found is None:
+        builtin = "built-in rules are recognised by their key (metric, classes, baseline, fmeca)"
+        loaded = (
+            f"; installed plug-in kinds: {', '.join(kinds)}" if kinds else "; no plug-in kind is installed"
+        )
+        hint = _suggest(rule.kind, list(kinds))
+        return [f"{where}.kind: unknown rule kind {rule.kind!r}{hint} ({builtin}{loaded})"]
+    if found.judge is None:
+        return []
+    try:
+        found.judge.rule_type.model_validate(rule.model_dump())
+    except ValidationError as exc:
+        return problems_of(exc, prefix=where)
+    return []
 
 
 class Policy(PolicySchema):
@@ -119,7 +145,7 @@ class Policy(PolicySchema):
 def parse_policy(data: dict[str, Any] | str | bytes, source: str | None = None) -> Policy:
     """Validate a policy given as a dict or YAML/JSON text; raises :class:`PolicyError`."""
     document = parse_document(data, PolicyError, source=source, fields="(name, rules, …)")
-    return validate(Policy, document, PolicyError, source=source, tags={"rules": RULE_TAGS})
+    return validate(Policy, document, PolicyError, source=source, tags={"rules": (*RULE_TAGS, PLUGIN_TAG)})
 
 
 def load_policy(path: str | Path) -> Policy:

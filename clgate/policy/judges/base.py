@@ -55,6 +55,8 @@ class Judge:
     rule_type: type
     subject: Callable[[Any], str]
     judge: Callable[[Any, Sequence[MetricsResult], Inputs], Judged]
+    label: Callable[[Any], str] | None = None
+    """A rule's default id in reports (plug-in kinds; the built-ins' come from ``rule_label``)."""
 
 
 def seed_of(result: MetricsResult, run: int) -> Any:

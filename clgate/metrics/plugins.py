@@ -1,0 +1,400 @@
+"""Plug-in metrics: metric ids that other distributions add through the ``clgate.metrics`` entry points.
+
+A plug-in is an installed distribution that publishes, in its ``pyproject.toml``::
+
+    [project.entry-points."clgate.metrics"]
+    cost_weighted_acc = "my_package.metrics:COST_WEIGHTED_ACC"
+
+The entry point's name is the metric id; its object is a :class:`MetricPlugin`: what the id means (as a
+built-in's registry entry says it) and a pure function from :class:`MetricInputs` to the value. The
+registry (:func:`clgate.metrics.registry.metric_info`) then knows the id, so ``clgate metrics``, the
+policies (``{metric: cost_weighted_acc, floor: 0.8}``), multi-seed aggregation, the reports and the
+Prometheus gauges treat it like a built-in.
+
+Rules a plug-in cannot break:
+
+- Ids are lowercase identifiers (``[a-z][a-z0-9_]*``, at most 64 characters) that are not a built-in id
+  (nor ``wf{w}``/``wp{w}``, nor ``classes``): a colliding id is refused, named.
+- The built-ins are computed first and a plug-in sees copies (read-only arrays): it cannot change a
+  built-in's value. A plug-in that cannot be loaded, raises, or returns something that is not a value of
+  its declared shape and range (NaN is "undefined"; infinities, wrong lengths, wrong types are errors)
+  gives ``null`` with a reason that names the distribution and the entry point; a policy rule on that
+  metric is then ``error`` (never a pass), and other rules are unaffected.
+- Plug-ins are code the operator installed in the trusted process (the one that holds the held-out
+  labels and writes the decision), not the submitted model: install only what you would run there.
+  ``CLGATE_PLUGINS=off`` loads none.
+
+>>> inputs = MetricInputs.example()
+>>> inputs.R.shape, inputs.finished_tasks
+((2, 2), 2)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+
+from clgate.metrics.arrays import LogArrays
+from clgate.metrics.steps import Outcome
+from clgate.schemas.evaluation_log import EvaluationLog
+
+ENTRY_POINT_GROUP = "clgate.metrics"
+PLUGINS_ENV = "CLGATE_PLUGINS"
+"""Set to ``off`` to load no plug-in (metrics and rule kinds)."""
+PLUGIN_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+PLUGIN_NEEDS = frozenset({"counts", "resources", "baseline"})
+FAILED = "plug-in failed"
+"""How the reason of a null starts when the plug-in that computes it failed (``clgate metrics`` warns)."""
+
+
+def plugins_enabled() -> bool:
+    """False when ``CLGATE_PLUGINS`` is ``off`` (or ``0``, ``false``, ``no``)."""
+    return os.environ.get(PLUGINS_ENV, "").strip().lower() not in ("off", "0", "false", "no")
+
+
+# ---------------------------------------------------------------------------------------------- origin
+@dataclass(frozen=True)
+class PluginOrigin:
+    """Where a plug-in comes from: its entry point (group, name, ``module:attribute``) and distribution."""
+
+    group: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version}, entry point {self.group}:{self.name} = {self.value}"
+
+
+def origin_of(ep: EntryPoint) -> PluginOrigin:
+    dist = getattr(ep, "dist", None)
+    name = str(dist.metadata["Name"]) if dist is not None else "unknown distribution"
+    version = str(dist.version) if dist is not None else "?"
+    return PluginOrigin(ep.group, ep.name, ep.value, name, version)
+
+
+def discover(group: str) -> Iterator[tuple[PluginOrigin, Any, str | None]]:
+    """``(origin, loaded object or None, problem or None)`` for every entry point of ``group``, each
+    distribution's entry point once (a distribution found twice on the path is listed once)."""
+    if not plugins_enabled():
+        return
+    seen: set[tuple[str, str, str]] = set()
+    for ep in entry_points(group=group):
+        origin = origin_of(ep)
+        key = (origin.distribution, origin.name, origin.value)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            obj = ep.load()
+        except Exception as exc:  # a plug-in's import error is its own, named, never ours
+            yield origin, None, f"cannot be loaded: {type(exc).__name__}: {exc}"
+            continue
+        yield origin, obj, None
+
+
+# ---------------------------------------------------------------------------------------------- the API
+def _frozen(x: np.ndarray | None) -> Any:
+    if x is None:
+        return None
+    y = np.array(x, copy=True)
+    y.setflags(write=False)
+    return y
+
+
+@dataclass(frozen=True)
+class MetricInputs:
+    """What a plug-in metric reads: the log's tensors (read-only copies), the built-ins' values, the options.
+
+    Shapes (``P`` evaluation points, ``C`` classes, ``K`` tasks, ``F`` finished tasks): ``class_acc``
+    ``P × C`` (NaN: not evaluated); ``correct``/``total`` ``P × C`` counts (None when the log gives
+    accuracies only); ``task_acc`` ``P × K``; ``R`` ``K × K`` task-end task accuracies (``R[i, j]``: task
+    ``j`` after training task ``i``; rows ``≥ F`` NaN); ``r`` ``K × C`` task-end class accuracies;
+    ``task_end_points`` the ``F`` point indices of the task ends; ``tasks[k]`` the class ids of task
+    ``k``; ``class_task[c]`` the task that introduces class ``c`` (0-based positions everywhere).
+    ``builtins``: every built-in id's value for this log (as in ``clgate metrics --json``).
+    """
+
+    n_tasks: int
+    n_classes: int
+    finished_tasks: int
+    tasks: tuple[np.ndarray, ...]
+    class_names: tuple[str, ...]
+    class_task: np.ndarray
+    iterations: np.ndarray
+    task_end_points: np.ndarray
+    class_acc: np.ndarray
+    correct: np.ndarray | None
+    total: np.ndarray | None
+    task_acc: np.ndarray
+    R: np.ndarray
+    r: np.ndarray
+    task_accuracy: str
+    resources: Mapping[str, np.ndarray] | None
+    meta: Mapping[str, Any]
+    builtins: Mapping[str, Any] = field(default_factory=dict)
+    baseline: MetricInputs | None = None
+
+    @classmethod
+    def from_arrays(
+        cls, a: LogArrays, *, builtins: Mapping[str, Any] | None = None, baseline: LogArrays | None = None
+    ) -> MetricInputs:
+        """Read-only copies of ``a``'s tensors (a plug-in cannot change what the built-ins read)."""
+        F = a.finished_tasks
+        return cls(
+            n_tasks=a.n_tasks,
+            n_classes=a.n_classes,
+            finished_tasks=F,
+            tasks=tuple(_frozen(t) for t in a.tasks),
+            class_names=tuple(a.class_names),
+            class_task=_frozen(a.class_task),
+            iterations=_frozen(a.iterations),
+            task_end_points=_frozen(a.task_end_idx[:F]),
+            class_acc=_frozen(a.class_acc),
+            correct=_frozen(a.correct),
+            total=_frozen(a.total),
+            task_acc=_frozen(a.task_acc),
+            R=_frozen(a.R),
+            r=_frozen(a.r),
+            task_accuracy=a.task_accuracy,
+            resources=None
+            if a.resources is None
+            else MappingProxyType({k: _frozen(v) for k, v in a.resources.items()}),
+            meta=MappingProxyType(_copy(a.meta)),
+            builtins=MappingProxyType(_copy(dict(builtins or {}))),
+            baseline=None if baseline is None else cls.from_arrays(baseline),
+        )
+
+    @classmethod
+    def example(cls) -> MetricInputs:
+        """Inputs of a two-task, three-class log (for docstrings and tests of a plug-in)."""
+        log = EvaluationLog.parse(
+            {
+                "tasks": [[0, 1], [2]],
+                "class_names": ["ok", "scratch", "dent"],
+                "points": [
+                    {
+                        "iteration": 10,
+                        "task": 1,
+                        "task_end": True,
+                        "correct": [9, 8, 0],
+                        "total": [10, 10, 0],
+                    },
+                    {
+                        "iteration": 20,
+                        "task": 2,
+                        "task_end": True,
+                        "correct": [5, 7, 9],
+                        "total": [10, 10, 10],
+                    },
+                ],
+            }
+        )
+        return cls.from_arrays(LogArrays.from_log(log))
+
+
+def _copy(x: Any) -> Any:
+    """A deep copy of plain JSON-like data (dicts, lists, scalars)."""
+    if isinstance(x, dict):
+        return {k: _copy(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_copy(v) for v in x]
+    return x
+
+
+@dataclass(frozen=True)
+class MetricPlugin:
+    """A plug-in metric: what it means and how it is computed (the object a ``clgate.metrics`` entry point
+    names; the entry point's name must be ``id``).
+
+    ``compute(inputs)`` returns the value — a number (scalar) or a sequence of ``K`` numbers (per task;
+    ``None``/NaN where undefined) — or an :class:`~clgate.metrics.steps.Outcome` with evidence and the
+    reason of an undefined value. ``needs`` (``counts``, ``resources``, ``baseline``): without them the
+    value is null with the built-ins' reason and ``compute`` is not called. ``gauge``: export the final
+    value of each model's latest decision to Prometheus as ``clgate_plugin_<id>`` (``_ratio`` when the
+    range is within [0, 1]).
+    """
+
+    id: str
+    name: str
+    description: str
+    shape: Literal["per_task", "scalar"]
+    higher_is_better: bool
+    range: tuple[float, float]
+    compute: Callable[[MetricInputs], Any]
+    needs: Sequence[str] = ()
+    source: str = ""
+    gauge: bool = False
+
+
+def check_plugin(plugin: Any, origin: PluginOrigin, is_builtin: Callable[[str], bool]) -> str | None:
+    """Why ``plugin`` (loaded from ``origin``) cannot be registered, or None."""
+    if not isinstance(plugin, MetricPlugin):
+        return f"is a {type(plugin).__name__}, not a clgate.metrics.plugins.MetricPlugin"
+    problems = []
+    if plugin.id != origin.name:
+        problems.append(f"declares id {plugin.id!r} but its entry point is named {origin.name!r}")
+    if plugin.shape not in ("per_task", "scalar"):
+        problems.append(f"shape: must be 'per_task' or 'scalar', got {plugin.shape!r}")
+    try:
+        lo, hi = (float(v) for v in plugin.range)
+        ok_range = not (math.isnan(lo) or math.isnan(hi)) and lo < hi
+    except (TypeError, ValueError):
+        ok_range = False
+    if not ok_range:
+        problems.append(f"range: must be two numbers (low, high) with low < high, got {plugin.range!r}")
+    if not isinstance(plugin.higher_is_better, bool):
+        problems.append("higher_is_better: must be True or False")
+    unknown = set(plugin.needs) - PLUGIN_NEEDS
+    if unknown:
+        problems.append(f"needs: unknown {sorted(unknown)} (choose from {sorted(PLUGIN_NEEDS)})")
+    if not callable(plugin.compute):
+        problems.append("compute: is not callable")
+    return "; ".join(problems) or None
+
+
+def id_problem(metric_id: str, is_builtin: Callable[[str], bool]) -> str | None:
+    """Why ``metric_id`` cannot name a plug-in metric, or None."""
+    if not PLUGIN_ID.match(metric_id):
+        return f"id {metric_id!r} is not a lowercase identifier ([a-z][a-z0-9_]*, at most 64 characters)"
+    if is_builtin(metric_id):
+        return f"id {metric_id!r} is a built-in metric id; a plug-in cannot replace or shadow it"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- running
+def run_plugin(plugin: MetricPlugin, origin: PluginOrigin, inputs: MetricInputs) -> Outcome:
+    """Call the plug-in and check what it returns; any failure becomes a null with the reason, named."""
+    try:
+        out = plugin.compute(inputs)
+    except Exception as exc:
+        return _failed(origin, f"raised {type(exc).__name__}: {exc}")
+    evidence, reason = None, None
+    if isinstance(out, Outcome):
+        out, evidence, reason = out.value, out.evidence, out.reason
+    problem, value = _checked_value(plugin, inputs.n_tasks, out)
+    if problem:
+        return _failed(origin, problem)
+    return Outcome(value, evidence=evidence, reason=reason)
+
+
+def _failed(origin: PluginOrigin, why: str) -> Outcome:
+    return Outcome(None, reason=f"{FAILED} ({origin}): {why}")
+
+
+def _number(x: Any) -> tuple[str | None, float]:
+    if x is None:
+        return None, math.nan
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return f"returned a {type(x).__name__}, not a number", math.nan
+    return None, float(x)
+
+
+def _checked_value(plugin: MetricPlugin, n_tasks: int, out: Any) -> tuple[str | None, Any]:
+    """(problem, value as numpy): the shape, type, finiteness and range of a plug-in's value."""
+    lo, hi = plugin.range
+    if plugin.shape == "scalar":
+        if isinstance(out, np.ndarray) and out.shape == ():
+            out = out.item()
+        problem, v = _number(out)
+        values = np.array([v])
+        if problem:
+            return f"{problem} (a scalar metric)", None
+    else:
+        if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, (Sequence, np.ndarray)):
+            return f"returned a {type(out).__name__}, not a sequence of {n_tasks} values (per task)", None
+        items = list(np.asarray(out).tolist()) if isinstance(out, np.ndarray) else list(out)
+        if len(items) != n_tasks:
+            return f"returned {len(items)} values; a per-task metric has one per task ({n_tasks})", None
+        parsed = [_number(x) for x in items]
+        bad = next(((k, p) for k, (p, _) in enumerate(parsed) if p), None)
+        if bad:
+            return f"task {bad[0] + 1}: {bad[1]}", None
+        values = np.array([v for _, v in parsed], dtype=float)
+    if np.isinf(values).any():
+        return "returned an infinite value", None
+    finite = values[~np.isnan(values)]
+    if finite.size and (finite.min() < lo - 1e-12 or finite.max() > hi + 1e-12):
+        wrong = next(float(v) for v in finite if v < lo - 1e-12 or v > hi + 1e-12)
+        return f"returned {wrong:g}, outside its declared range [{lo:g}, {hi:g}]", None
+    return None, (values[0] if plugin.shape == "scalar" else values)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+@dataclass(frozen=True)
+class LoadedMetric:
+    """A plug-in metric id: the plug-in (None when broken), where it came from, and its problem."""
+
+    id: str
+    origin: PluginOrigin
+    plugin: MetricPlugin | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class MetricPlugins:
+    """Every ``clgate.metrics`` entry point found: the ids (usable or broken) and the refused ones."""
+
+    metrics: dict[str, LoadedMetric]
+    refused: list[str]
+    """Entry points that name no usable id (a built-in's, or not an identifier): one line each."""
+
+    def warnings(self) -> list[str]:
+        """One line per broken or refused plug-in metric (what the CLI prints as warnings)."""
+        broken = [
+            f"plug-in metric {m.id!r} ({m.origin}) is broken: {m.problem}"
+            for m in self.metrics.values()
+            if m.problem
+        ]
+        return broken + self.refused
+
+
+def load_metric_plugins(is_builtin: Callable[[str], bool]) -> MetricPlugins:
+    """Every ``clgate.metrics`` entry point, checked (see the module docstring)."""
+    found: dict[str, list[LoadedMetric]] = {}
+    refused: list[str] = []
+    for origin, obj, problem in discover(ENTRY_POINT_GROUP):
+        bad_id = id_problem(origin.name, is_builtin)
+        if bad_id:
+            refused.append(f"plug-in metric refused ({origin}): {bad_id}")
+            continue
+        problem = problem or check_plugin(obj, origin, is_builtin)
+        found.setdefault(origin.name, []).append(
+            LoadedMetric(origin.name, origin, None if problem else obj, problem)
+        )
+    metrics: dict[str, LoadedMetric] = {}
+    for metric_id, entries in sorted(found.items()):
+        if len(entries) > 1:
+            who = "; ".join(str(e.origin) for e in entries)
+            entries = [
+                LoadedMetric(
+                    metric_id, entries[0].origin, None, f"id {metric_id!r} is declared twice ({who})"
+                )
+            ]
+        metrics[metric_id] = entries[0]
+    return MetricPlugins(metrics, refused)
+
+
+@functools.cache
+def _cached(is_builtin: Callable[[str], bool]) -> MetricPlugins:
+    return load_metric_plugins(is_builtin)
+
+
+def metric_plugins(is_builtin: Callable[[str], bool]) -> MetricPlugins:
+    """:func:`load_metric_plugins`, once per process (:func:`reload` forgets it)."""
+    return _cached(is_builtin)
+
+
+def reload() -> None:
+    """Forget the plug-ins found so far (after installing one in a running process; tests)."""
+    _cached.cache_clear()

@@ -1,0 +1,128 @@
+"""Plug-in rule kinds: policy rules that other distributions add through the ``clgate.rules`` entry points.
+
+A plug-in publishes a :class:`~clgate.policy.judges.base.Judge` — the same table entry as a built-in
+kind's — under its kind's name::
+
+    [project.entry-points."clgate.rules"]
+    class_group_mean = "my_package.rules:JUDGE"
+
+``JUDGE.rule_type`` is a pydantic model that subclasses :class:`clgate.schemas.policy.RuleBase` (so the
+rule has ``id``, ``description``, ``severity``, ``over_runs``) with ``kind: Literal["class_group_mean"]``
+and the kind's own fields; ``JUDGE.judge(rule, runs, inputs)`` returns a
+:class:`~clgate.policy.judges.base.Judged` or raises :class:`~clgate.policy.judges.base.RuleError`,
+exactly like the built-in judges. A policy names the kind (``{kind: class_group_mean, …}``); its fields
+are validated by that model when the policy is loaded.
+
+A plug-in kind cannot take a built-in kind's name. One that cannot be loaded, or is not a ``Judge`` of a
+model of its kind, is *broken*: a policy that uses it loads, and that rule's result is ``error`` naming
+the distribution, the entry point and the problem (never a pass); so is a rule whose judge raises
+anything but ``RuleError`` or returns something that is not a finite ``Judged``. Like plug-in metrics,
+plug-in kinds run in the trusted process: the operator installs them (``CLGATE_PLUGINS=off``: none).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import typing
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from clgate.metrics.plugins import PLUGIN_ID, PluginOrigin, discover
+from clgate.policy.judges.base import Judge
+from clgate.schemas.policy import RULE_TAGS, RuleBase
+
+ENTRY_POINT_GROUP = "clgate.rules"
+
+
+@dataclass(frozen=True)
+class LoadedKind:
+    """A plug-in rule kind: its judge (None when broken), where it came from, and its problem."""
+
+    kind: str
+    origin: PluginOrigin
+    judge: Judge | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RuleKindPlugins:
+    """Every ``clgate.rules`` entry point found: the kinds (usable or broken) and the refused ones."""
+
+    kinds: dict[str, LoadedKind]
+    refused: list[str]
+
+    def warnings(self) -> list[str]:
+        """One line per broken or refused plug-in rule kind."""
+        broken = [
+            f"plug-in rule kind {k.kind!r} ({k.origin}) is broken: {k.problem}"
+            for k in self.kinds.values()
+            if k.problem
+        ]
+        return broken + self.refused
+
+
+def _kind_literal(model: type[BaseModel]) -> tuple[object, ...]:
+    field = model.model_fields.get("kind")
+    return typing.get_args(field.annotation) if field is not None else ()
+
+
+def judge_problem(judge: object, kind: str) -> str | None:
+    """Why ``judge`` cannot judge rules of ``kind``, or None."""
+    if not isinstance(judge, Judge):
+        return f"is a {type(judge).__name__}, not a clgate.policy.judges.Judge"
+    problems = []
+    if judge.kind != kind:
+        problems.append(f"its Judge has kind {judge.kind!r} but its entry point is named {kind!r}")
+    model = judge.rule_type
+    if not (isinstance(model, type) and issubclass(model, RuleBase)):
+        problems.append("rule_type: must be a pydantic model that subclasses clgate.schemas.policy.RuleBase")
+    elif _kind_literal(model) != (kind,):
+        problems.append(f'rule_type: its field kind must be Literal["{kind}"]')
+    if not callable(judge.judge) or not callable(judge.subject):
+        problems.append("judge and subject must be callable")
+    return "; ".join(problems) or None
+
+
+def load_rule_kinds() -> RuleKindPlugins:
+    """Every ``clgate.rules`` entry point, checked (see the module docstring)."""
+    found: dict[str, list[LoadedKind]] = {}
+    refused: list[str] = []
+    for origin, obj, problem in discover(ENTRY_POINT_GROUP):
+        kind = origin.name
+        if not PLUGIN_ID.match(kind):
+            refused.append(
+                f"plug-in rule kind refused ({origin}): {kind!r} is not a lowercase identifier "
+                "([a-z][a-z0-9_]*, at most 64 characters)"
+            )
+            continue
+        if kind in RULE_TAGS:
+            refused.append(f"plug-in rule kind refused ({origin}): {kind!r} is a built-in rule kind")
+            continue
+        problem = problem or judge_problem(obj, kind)
+        judge = obj if problem is None and isinstance(obj, Judge) else None
+        found.setdefault(kind, []).append(LoadedKind(kind, origin, judge, problem))
+    kinds: dict[str, LoadedKind] = {}
+    for kind, entries in sorted(found.items()):
+        if len(entries) > 1:
+            who = "; ".join(str(e.origin) for e in entries)
+            entries = [LoadedKind(kind, entries[0].origin, None, f"kind {kind!r} is declared twice ({who})")]
+        kinds[kind] = entries[0]
+    return RuleKindPlugins(kinds, refused)
+
+
+@functools.cache
+def rule_kinds() -> RuleKindPlugins:
+    """:func:`load_rule_kinds`, once per process (:func:`reload` forgets it)."""
+    return load_rule_kinds()
+
+
+def reload() -> None:
+    """Forget the rule kinds found so far."""
+    rule_kinds.cache_clear()
+
+
+def finite(x: object) -> bool:
+    """Whether ``x`` is a real, finite number (what a judged value and threshold must be)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
