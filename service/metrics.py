@@ -41,7 +41,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
 from clgate._version import __version__
-from clgate.metrics.registry import REGISTRY
+from clgate.metrics.registry import REGISTRY, plugin_registry
 from clgate.schemas.vocab import JOB_MODES, JOB_STATES, QUEUES, VERDICTS
 from clgate.store import history, stats
 from clgate.store.models import DEFAULT_PROJECT, as_utc, utcnow
@@ -55,6 +55,18 @@ HEADLINE = tuple(  # (headline key, metric name, help): the metrics the registry
     (m.id, m.gauge.name, m.gauge.help) for m in REGISTRY.values() if m.gauge is not None
 )
 assert REGRESSION in {name for _, name, _ in HEADLINE}
+
+
+def headline_gauges() -> tuple[tuple[str, str, str], ...]:
+    """The built-ins' gauges (:data:`HEADLINE`) and those of the installed plug-in metrics that ask for one
+    (their final value in the headline's ``plugins``), one per series name."""
+    gauges = list(HEADLINE)
+    taken = {name for _, name, _ in HEADLINE}
+    for m in plugin_registry().values():
+        if m.gauge is not None and m.gauge.name not in taken:
+            taken.add(m.gauge.name)
+            gauges.append((m.id, m.gauge.name, m.gauge.help))
+    return tuple(gauges)
 
 
 class StoreCollector(Collector):
@@ -91,13 +103,14 @@ class StoreCollector(Collector):
 
     def _models(self, s: Session) -> Iterator[Metric]:
         rows = stats.latest_decisions(s)
+        exported = headline_gauges()
         gauges = {
             key: GaugeMetricFamily(
                 name,
                 text,
                 labels=["project", "model", "class_name"] if name == REGRESSION else ["project", "model"],
             )
-            for key, name, text in HEADLINE
+            for key, name, text in exported
         }
         worst = GaugeMetricFamily(
             "clgate_model_worst_class_accuracy_ratio",
@@ -121,8 +134,9 @@ class StoreCollector(Collector):
                 continue
             seen.add(model)
             headline = headline or {}
-            for key, _, _ in HEADLINE:
-                value = headline.get(key)
+            plugin_values = headline.get("plugins") or {}
+            for key, _, _ in exported:
+                value = headline.get(key) if key in REGISTRY else plugin_values.get(key)
                 if isinstance(value, (int, float)):
                     labels = [project, model]
                     if key == "class_regression":  # the class the alert names ("" if not recorded)

@@ -20,6 +20,7 @@ import typer
 
 from clgate._version import __version__
 from clgate.cli.extras import require_extra
+from clgate.cli.metrics_cmd import warn_plugins
 from clgate.cli.mlflow_opts import (
     Alias,
     MlflowExperiment,
@@ -391,6 +392,7 @@ def _gate(a: GateArgs) -> None:
         provenance=inputs["provenance"],
         report_url=a.report_url,
     )
+    warn_plugins(result.metrics)  # broken plug-ins, named (the verdict already judged their rules)
     _write_extras(result, a.junit, a.summary_md, a.report_url)
     if a.pdf:
         _write_pdf(result)

@@ -133,10 +133,98 @@ def metrics_command(
         )
     except ValueError as exc:  # options the data cannot honour (weights, baseline over other classes …)
         fail(str(exc))
+    warn_plugins(result)
     if as_json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
         return
     print_result(result, [str(p) for p in logs])
+
+
+def warn_plugins(result: Any = None) -> None:
+    """``warning:`` lines on stderr for broken plug-ins and plug-in metrics that failed on ``result``."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.policy.plugins import plugin_warnings
+
+    for line in plugin_warnings(result):
+        typer.echo(f"warning: {line}", err=True)
+
+
+def plugins_command(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (metrics, rule kinds, refused).")
+    ] = False,
+) -> None:
+    """List the installed plug-in metrics and rule kinds, with their distribution and version, and the
+    broken or refused ones with the reason."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.metrics.plugins import plugins_enabled
+    from clgate.metrics.registry import found_plugins, plugin_registry
+    from clgate.policy.plugins import rule_kinds
+
+    metrics, infos, kinds = found_plugins(), plugin_registry(), rule_kinds()
+    rows = []
+    for metric_id, m in metrics.metrics.items():
+        info = infos[metric_id]
+        rows.append(
+            {
+                "type": "metric",
+                "name": metric_id,
+                "shape": None if m.problem else info.shape,
+                "higher_is_better": None if m.problem else info.higher_is_better,
+                "range": None if m.problem else list(info.range),
+                "description": None if m.problem else info.description,
+                **_origin_fields(m.origin),
+                "problem": m.problem,
+            }
+        )
+    for kind, k in kinds.kinds.items():
+        rows.append({"type": "rule kind", "name": kind, **_origin_fields(k.origin), "problem": k.problem})
+    refused = metrics.refused + kinds.refused
+    if as_json:
+        document = {"enabled": plugins_enabled(), "plugins": rows, "refused": refused}
+        typer.echo(json.dumps(document, indent=2))
+        return
+    _print_plugins(rows, refused, plugins_enabled())
+
+
+def _origin_fields(origin: Any) -> dict[str, str]:
+    return {
+        "distribution": origin.distribution,
+        "version": origin.version,
+        "entry_point": f"{origin.group}:{origin.name} = {origin.value}",
+    }
+
+
+def _print_plugins(rows: list[dict[str, Any]], refused: list[str], enabled: bool) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console()
+    if not enabled:
+        console.print("plug-ins are off (CLGATE_PLUGINS=off): only the built-ins are used")
+        return
+    if not rows and not refused:
+        console.print("no plug-in installed (entry-point groups clgate.metrics and clgate.rules)")
+        return
+    table = Table(title="Plug-ins", title_justify="left")
+    for column in ("type", "name", "what", "distribution", "status"):
+        table.add_column(column, no_wrap=column in ("type", "name"))
+    for r in rows:
+        what = ""
+        if r["type"] == "metric" and not r["problem"]:
+            arrow = "↑" if r["higher_is_better"] else "↓"
+            what = f"{r['shape']} {arrow} [{r['range'][0]:g}, {r['range'][1]:g}]"
+        table.add_row(
+            r["type"],
+            escape(r["name"]),
+            what,
+            escape(f"{r['distribution']} {r['version']}"),
+            "ok" if not r["problem"] else escape(f"BROKEN: {r['problem']}"),
+        )
+    console.print(table)
+    for line in refused:
+        console.print(escape(line))
 
 
 def schema_command(
@@ -253,3 +341,4 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
 def register(app: typer.Typer) -> None:
     app.command("metrics")(metrics_command)
     app.command("schema")(schema_command)
+    app.command("plugins")(plugins_command)

@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from clgate.metrics.plugins import PLUGIN_ID, PluginOrigin, discover
+from clgate.metrics.plugins import FAILED, PLUGIN_ID, PluginOrigin, discover
+from clgate.metrics.registry import found_plugins
 from clgate.policy.judges.base import Judge
+from clgate.schemas.metrics import MetricsResult, RunsResult
 from clgate.schemas.policy import RULE_TAGS, RuleBase
 
 ENTRY_POINT_GROUP = "clgate.rules"
@@ -126,3 +128,18 @@ def reload() -> None:
 def finite(x: object) -> bool:
     """Whether ``x`` is a real, finite number (what a judged value and threshold must be)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def plugin_warnings(metrics: MetricsResult | RunsResult | None = None) -> list[str]:
+    """One line per broken or refused plug-in (metric or rule kind), and per plug-in metric that failed on
+    these results (its null's reason, which names the plug-in): what the CLI prints as warnings. A policy
+    that does not use a broken plug-in is judged as without it; these lines say it is there."""
+    lines = [*found_plugins().warnings(), *rule_kinds().warnings()]
+    runs = [] if metrics is None else (metrics.runs if isinstance(metrics, RunsResult) else [metrics])
+    broken = {m.id for m in found_plugins().metrics.values() if m.problem}
+    for i, run in enumerate(runs):
+        for metric_id, reason in run.reasons.items():
+            if reason.startswith(FAILED) and metric_id not in broken:
+                where = f" (run {i}, seed {run.meta.get('seed', i)})" if len(runs) > 1 else ""
+                lines.append(f"plug-in metric {metric_id!r}{where}: {reason}")
+    return list(dict.fromkeys(lines))

@@ -17,6 +17,7 @@ from clgate.reports.text import (
     fmeca_counts,
     fmeca_note,
     pct,
+    plugin_metric_rows,
     threshold_text,
     worst_moment_text,
 )
@@ -94,6 +95,7 @@ def render_html(
         verdict_icon=VERDICT_ICON,
         matrix_color=_matrix_color,
         fmeca_counts=fmeca_counts,
+        plugin_metric_rows=plugin_metric_rows,
     )
     template = env.get_template("report.html.j2")
     when = (generated_at or datetime.now(UTC)).astimezone(UTC)

@@ -15,6 +15,7 @@ from clgate.reports.text import (
     fmeca_counts,
     fmeca_note,
     pct,
+    plugin_metric_rows,
     priority_text,
     threshold_text,
     worst_moment_text,
@@ -111,6 +112,9 @@ def _md_headline(d: Decision) -> list[str]:
     if h.worst_classes:
         worst = ", ".join(f"{md_text(repr(w.name))} {fmt(w.accuracy, 3)}" for w in h.worst_classes[:3])
         lines += ["", f"Worst classes (final accuracy): {worst}"]
+    if h.plugins:
+        values = " · ".join(f"{md_text(label)} {fmt(v)}" for label, v in plugin_metric_rows(d))
+        lines += ["", f"**Plug-in metrics** (final, mean over runs): {values}"]
     return lines
 
 

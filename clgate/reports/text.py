@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from clgate.fmt import fmt
+from clgate.metrics.registry import plugin_registry
 from clgate.schemas.decision import Decision, RuleResult
 from clgate.schemas.fmeca import FmecaWorksheet
 
@@ -141,3 +142,21 @@ def fmeca_counts(sheet: FmecaWorksheet) -> str:
 
 def priority_text(p: str | None) -> str:
     return "unrated" if p is None else p
+
+
+def plugin_metric_rows(decision: Decision) -> list[tuple[str, float | None]]:
+    """``(label, final value)`` of each plug-in metric in the decision's headline; the label is the id
+    with its direction (↑ higher is better, ↓ lower) while the plug-in is installed.
+
+    >>> from clgate.schemas.decision import Headline
+    >>> class D: headline = Headline(plugins={"not_installed": 0.5})
+    >>> plugin_metric_rows(D())
+    [('not_installed', 0.5)]
+    """
+    infos = plugin_registry()
+    rows = []
+    for metric_id, value in decision.headline.plugins.items():
+        info = infos.get(metric_id)
+        arrow = "" if info is None or info.origin is None else (" ↑" if info.higher_is_better else " ↓")
+        rows.append((f"{metric_id}{arrow}", value))
+    return rows
