@@ -1,5 +1,7 @@
 """Every rule kind of the policy schema has exactly one judge in the table, and every judge a kind
-(scikit-learn's ``test_common`` idea: a new kind without a judge, or a judge nobody can reach, fails)."""
+(scikit-learn's ``test_common`` idea: a new kind without a judge, or a judge nobody can reach, fails).
+Plug-in kinds share one schema model (``PluginRule``) and get their judge from their plug-in; that every
+installed plug-in kind reaches its judge is tested in ``tests/plugins``."""
 
 from __future__ import annotations
 
@@ -8,13 +10,19 @@ import typing
 import pytest
 
 from clgate.policy.judges import JUDGES
-from clgate.schemas.policy import RULE_TAGS, Rule
+from clgate.schemas.policy import RULE_TAGS, PluginRule, Rule
 
 
 def _schema_rule_models() -> list[type]:
-    """The models of the ``Rule`` union: ``Annotated[Annotated[Model, Tag(kind)] | …, Discriminator]``."""
+    """The built-in models of the ``Rule`` union (``Annotated[Annotated[Model, Tag(kind)] | …, …]``)."""
     union = typing.get_args(Rule)[0]
-    return [typing.get_args(member)[0] for member in typing.get_args(union)]
+    return [m for member in typing.get_args(union) if (m := typing.get_args(member)[0]) is not PluginRule]
+
+
+def test_plugin_kinds_have_one_schema_model():
+    union = typing.get_args(Rule)[0]
+    assert [typing.get_args(m)[0] for m in typing.get_args(union)].count(PluginRule) == 1
+    assert not set(JUDGES) & {"plugin"}
 
 
 def _kind_of(model: type) -> str:
