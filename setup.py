@@ -10,9 +10,9 @@ from setuptools import find_namespace_packages, setup
 LAYERS = ("schemas", "workers", "service")
 
 
-def _packages(root: str, folder: str) -> list[str]:
+def _packages(root: str, folder: str, exclude: tuple[str, ...] = ()) -> list[str]:
     """``root`` and every folder below ``folder`` (data folders too: templates, migrations)."""
-    found = find_namespace_packages(folder, exclude=["*__pycache__*"])
+    found = find_namespace_packages(folder, exclude=["*__pycache__*", *exclude])
     return [root, *(f"{root}.{name}" for name in found)]
 
 
@@ -21,6 +21,7 @@ packages = _packages("clgate", "clgate")
 # The shipped examples (jobs, policies, logs) are package data, so `clgate demo` runs from a wheel.
 for layer in (*LAYERS, "examples"):
     package_dir[f"clgate.{layer}"] = layer
-    packages += _packages(f"clgate.{layer}", layer)
+    # examples/plugins/ holds distributions of their own (plug-in packages), not part of clgate's wheel
+    packages += _packages(f"clgate.{layer}", layer, ("plugins", "plugins.*") if layer == "examples" else ())
 
 setup(package_dir=package_dir, packages=packages)
