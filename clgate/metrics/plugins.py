@@ -15,11 +15,11 @@ Rules a plug-in cannot break:
 
 - Ids are lowercase identifiers (``[a-z][a-z0-9_]*``, at most 64 characters) that are not a built-in id
   (nor ``wf{w}``/``wp{w}``, nor ``classes``): a colliding id is refused, named.
-- The built-ins are computed first and a plug-in sees copies (read-only arrays): it cannot change a
-  built-in's value. A plug-in that cannot be loaded, raises, or returns something that is not a value of
-  its declared shape and range (NaN is "undefined"; infinities, wrong lengths, wrong types are errors)
-  gives ``null`` with a reason that names the distribution and the entry point; a policy rule on that
-  metric is then ``error`` (never a pass), and other rules are unaffected.
+- The built-ins are computed first and a plug-in sees read-only arrays and copies of the rest: it
+  cannot change a built-in's value. A plug-in that cannot be loaded, raises, or returns something that
+  is not a value of its declared shape and range (NaN is "undefined"; infinities, wrong lengths,
+  wrong types are errors) gives ``null`` with a reason that names the distribution and the entry
+  point; a policy rule on that metric is then ``error`` (never a pass), and other rules are unaffected.
 - Plug-ins are code the operator installed in the trusted process (the one that holds the held-out
   labels and writes the decision), not the submitted model: install only what you would run there.
   ``CLGATE_PLUGINS=off`` loads none.
@@ -105,16 +105,17 @@ def discover(group: str) -> Iterator[tuple[PluginOrigin, Any, str | None]]:
 
 # ---------------------------------------------------------------------------------------------- the API
 def _frozen(x: np.ndarray | None) -> Any:
+    """A read-only view (no copy: a long log's arrays are hundreds of megabytes); writing raises."""
     if x is None:
         return None
-    y = np.array(x, copy=True)
+    y = np.asarray(x).view()
     y.setflags(write=False)
     return y
 
 
 @dataclass(frozen=True)
 class MetricInputs:
-    """What a plug-in metric reads: the log's tensors (read-only copies), the built-ins' values, the options.
+    """What a plug-in metric reads: the log's tensors (read-only views), the built-ins' values, the options.
 
     Shapes (``P`` evaluation points, ``C`` classes, ``K`` tasks, ``F`` finished tasks): ``class_acc``
     ``P × C`` (NaN: not evaluated); ``correct``/``total`` ``P × C`` counts (None when the log gives
@@ -149,7 +150,8 @@ class MetricInputs:
     def from_arrays(
         cls, a: LogArrays, *, builtins: Mapping[str, Any] | None = None, baseline: LogArrays | None = None
     ) -> MetricInputs:
-        """Read-only copies of ``a``'s tensors (a plug-in cannot change what the built-ins read)."""
+        """Read-only views of ``a``'s tensors (a plug-in cannot change what the built-ins read: writing
+        raises ``ValueError``)."""
         F = a.finished_tasks
         return cls(
             n_tasks=a.n_tasks,
@@ -237,7 +239,7 @@ class MetricPlugin:
     gauge: bool = False
 
 
-def check_plugin(plugin: Any, origin: PluginOrigin, is_builtin: Callable[[str], bool]) -> str | None:
+def check_plugin(plugin: Any, origin: PluginOrigin) -> str | None:
     """Why ``plugin`` (loaded from ``origin``) cannot be registered, or None."""
     if not isinstance(plugin, MetricPlugin):
         return f"is a {type(plugin).__name__}, not a clgate.metrics.plugins.MetricPlugin"
@@ -368,7 +370,7 @@ def load_metric_plugins(is_builtin: Callable[[str], bool]) -> MetricPlugins:
         if bad_id:
             refused.append(f"plug-in metric refused ({origin}): {bad_id}")
             continue
-        problem = problem or check_plugin(obj, origin, is_builtin)
+        problem = problem or check_plugin(obj, origin)
         found.setdefault(origin.name, []).append(
             LoadedMetric(origin.name, origin, None if problem else obj, problem)
         )

@@ -19,6 +19,7 @@ import functools
 import math
 import operator
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -607,9 +608,16 @@ def _broken(ctx: steps.MetricContext, *, reason: str) -> Outcome:
 
 def _compute_plugin(ctx: steps.MetricContext, *, plugin: MetricPlugin, origin: PluginOrigin) -> Outcome:
     """A plug-in's value from read-only copies of the log's tensors and the built-ins' values so far."""
-    builtins = {k: v for k, v in ctx.metrics.items() if is_builtin(k)}
-    inputs = MetricInputs.from_arrays(ctx.a, builtins=builtins, baseline=ctx.baseline)
+    inputs = _PLUGIN_INPUTS.get(ctx)
+    if inputs is None:  # once per log: every plug-in sees the same inputs (built-ins only, never plug-ins')
+        builtins = {k: v for k, v in ctx.metrics.items() if is_builtin(k)}
+        inputs = _PLUGIN_INPUTS[ctx] = MetricInputs.from_arrays(
+            ctx.a, builtins=builtins, baseline=ctx.baseline
+        )
     return plugins.run_plugin(plugin, origin, inputs)
+
+
+_PLUGIN_INPUTS: weakref.WeakKeyDictionary[steps.MetricContext, MetricInputs] = weakref.WeakKeyDictionary()
 
 
 def reload_plugins() -> None:

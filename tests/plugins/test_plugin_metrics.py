@@ -254,7 +254,7 @@ DUP = MetricPlugin(id="dup", name="d", description="d", shape="scalar", higher_i
     assert "declared twice" in reason and "dist-a 1.0" in reason and "dist-b 1.0" in reason
 
 
-def test_inputs_are_read_only_copies():
+def test_inputs_are_read_only():
     inputs = MetricInputs.example()
     for name in ("R", "r", "class_acc", "correct", "total", "task_acc", "class_task"):
         assert not getattr(inputs, name).flags.writeable, name
