@@ -119,5 +119,5 @@ def test_the_release_builds_an_sdist_and_a_wheel_that_twine_accepts(tmp_path, ch
 
 
 def test_the_example_plugin_package_is_not_inside(wheel):
-    """examples/plugins/ holds distributions of their own: users install them, the wheel does not carry them."""
+    """examples/plugins/ holds distributions of their own: users install them, the wheel leaves them out."""
     assert not [n for n in _names(wheel) if "/plugins/" in n or "clgate_example_metrics" in n]
