@@ -6,6 +6,8 @@ and docs/gate.md."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from pathlib import Path
 
 from clgate.metrics import compute_metrics, metric_ids
@@ -64,3 +66,11 @@ def test_the_example_ids_are_documented(plugins_on, example_site):
         assert f"`{metric_id}`" in metrics_doc, metric_id
     for kind in rule_kinds().kinds:
         assert f"`{kind}`" in gate_doc, kind
+
+
+def test_the_example_packages_docstring_examples_hold(plugins_on, example_site):
+    plugins_on(example_site)
+    for name in ("clgate_example_metrics.metrics", "clgate_example_metrics.rules"):
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, name
+    assert doctest.testmod(importlib.import_module("clgate_example_metrics.metrics")).attempted

@@ -45,7 +45,7 @@ def cost_weighted_accuracy(inputs: MetricInputs) -> Outcome:
     """Per task end k: the cost-weighted mean accuracy of the classes of tasks 1..k (NaN: undefined).
 
     >>> out = cost_weighted_accuracy(MetricInputs.example())
-    >>> [round(v, 4) for v in out.value]
+    >>> [round(float(v), 4) for v in out.value]
     [0.85, 0.7]
     """
     costs = class_costs(inputs)
