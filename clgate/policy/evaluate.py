@@ -32,7 +32,7 @@ from clgate.policy.judges import (
     RuleError,
     describe_missing,
 )
-from clgate.policy.plugins import finite, rule_kinds
+from clgate.policy.plugins import finite, rule_kinds, validate_rule
 from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import MetricsResult
@@ -116,7 +116,7 @@ def _plugin_rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs
         return _error_result(base, RuleError(f"plug-in rule kind {rule.kind!r} is broken ({why})"))
     judge = found.judge
     try:
-        model = judge.rule_type.model_validate(rule.model_dump())
+        model = validate_rule(judge, rule)
         base["id"] = rule.id or (judge.label(model) if judge.label else rule_label(rule, i))
         base["metric"] = judge.subject(model)
         judged = judge.judge(model, runs, inputs)

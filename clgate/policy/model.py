@@ -15,7 +15,7 @@ from pydantic import ValidationError, model_validator
 from clgate.documents import parse_document, read_text
 from clgate.metrics import REGISTRY, metric_info
 from clgate.metrics.registry import plugin_registry
-from clgate.policy.plugins import rule_kinds
+from clgate.policy.plugins import rule_kinds, validate_rule
 from clgate.schemas.errors import InputError, problems_of, validate
 from clgate.schemas.policy import PLUGIN_TAG, RULE_TAGS, BaselineRule, MetricRule, PluginRule
 from clgate.schemas.policy import Policy as PolicySchema
@@ -104,7 +104,7 @@ def plugin_rule_problems(rule: PluginRule, where: str) -> list[str]:
     if found.judge is None:
         return []
     try:
-        found.judge.rule_type.model_validate(rule.model_dump())
+        validate_rule(found.judge, rule)
     except ValidationError as exc:
         return problems_of(exc, prefix=where)
     return []

@@ -70,6 +70,13 @@ def _kind_literal(model: type[BaseModel]) -> tuple[object, ...]:
     return typing.get_args(field.annotation) if field is not None else ()
 
 
+def validate_rule(judge: Judge, rule: BaseModel) -> BaseModel:
+    """A plug-in rule (``PluginRule``, its fields as extras) validated by the model of its kind's judge
+    (checked a ``RuleBase`` subclass at load); raises pydantic's ``ValidationError``."""
+    model = typing.cast("type[BaseModel]", judge.rule_type)
+    return model.model_validate(rule.model_dump())
+
+
 def judge_problem(judge: object, kind: str) -> str | None:
     """Why ``judge`` cannot judge rules of ``kind``, or None."""
     if not isinstance(judge, Judge):

@@ -13,7 +13,7 @@ error: the group's mean is unknown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -57,6 +57,7 @@ def _group_mean(rule: ClassGroupMeanRule, run: MetricsResult) -> float:
 def judge_class_group_mean(rule: ClassGroupMeanRule, runs: Sequence[MetricsResult], inputs: Inputs) -> Judged:
     """The group's mean final accuracy (worst run, or mean over runs) against the floor."""
     means = [_group_mean(rule, r) for r in runs]
+    evidence: dict[str, Any]
     if rule.over_runs == "mean":
         value, evidence = sum(means) / len(means), {"over_runs": "mean"}
     else:
