@@ -261,3 +261,17 @@ def test_inputs_are_read_only():
     with pytest.raises(TypeError):
         inputs.meta["x"] = 1  # type: ignore[index]
     assert math.isclose(inputs.R[1, 1], 0.9)
+
+
+def test_a_baseline_rule_on_a_plugin_metric(plugins_on, example_site):
+    plugins_on(example_site)
+    candidate, baseline = _log(10), _log(11)
+    c = compute_metrics(candidate).metrics["cost_weighted_acc"][-1]
+    b = compute_metrics(baseline).metrics["cost_weighted_acc"][-1]
+    drop = b - c  # higher is better: the drop is baseline minus candidate
+    assert drop > 0.05  # these seeds: the candidate is worse
+    for max_drop, verdict in ((drop + 0.01, "PASS"), (drop - 0.01, "FAIL")):
+        rule = {"baseline": "cost_weighted_acc", "max_drop": round(max_drop, 4)}
+        decision = decide([candidate], parse_policy({"name": "p", "rules": [rule]}), baseline=baseline)
+        assert decision.verdict == verdict, decision.summary
+        assert decision.rules[0].value == pytest.approx(drop)
