@@ -32,6 +32,7 @@ Rules a plug-in cannot break:
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import re
@@ -285,9 +286,43 @@ def run_plugin(plugin: MetricPlugin, origin: PluginOrigin, inputs: MetricInputs)
     if isinstance(out, Outcome):
         out, evidence, reason = out.value, out.evidence, out.reason
     problem, value = _checked_value(plugin, inputs.n_tasks, out)
+    if problem is None and reason is not None and not isinstance(reason, str):
+        problem = f"returned a reason that is a {type(reason).__name__}, not text"
+    if problem is None:
+        problem, evidence = checked_evidence(evidence, inputs.n_tasks if plugin.shape == "per_task" else None)
     if problem:
         return _failed(origin, problem)
     return Outcome(value, evidence=evidence, reason=reason)
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars and arrays as Python numbers and lists (for ``json.dumps``)."""
+    if isinstance(x, (np.generic, np.ndarray)):
+        return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON")
+
+
+def checked_evidence(evidence: Any, n_tasks: int | None) -> tuple[str | None, Any]:
+    """(problem, evidence as plain JSON data): an object (scalar metrics) or a list of ``n_tasks``
+    objects or nulls (per-task metrics), as the built-ins' evidence; None is no evidence."""
+    if evidence is None:
+        return None, None
+    try:
+        plain = json.loads(json.dumps(evidence, default=_plain, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        return f"returned evidence that is not JSON data ({exc})", None
+    if n_tasks is None:
+        ok = isinstance(plain, dict)
+    else:
+        ok = (
+            isinstance(plain, list)
+            and len(plain) == n_tasks
+            and all(e is None or isinstance(e, dict) for e in plain)
+        )
+    if not ok:
+        want = "an object" if n_tasks is None else f"a list of {n_tasks} objects or nulls (one per task)"
+        return f"returned evidence that is not {want}", None
+    return None, plain
 
 
 def _failed(origin: PluginOrigin, why: str) -> Outcome:

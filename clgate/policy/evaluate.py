@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
+from clgate.metrics.plugins import checked_evidence
 from clgate.policy.judges import (
     JUDGES,
     TOLERANCE,
@@ -129,12 +130,17 @@ def _plugin_rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs
         isinstance(judged, Judged)
         and all(finite(x) for x in (judged.value, judged.threshold, judged.margin))
         and judged.comparison in (">=", "<=", "<")
+        and isinstance(judged.message, str)
     ):
         why = (
             f"plug-in rule kind {rule.kind!r} ({found.origin}) answered {type(judged).__name__} without a "
-            "finite value, threshold and margin and a comparison >=, <= or <"
+            "finite value, threshold and margin, a comparison >=, <= or < and a message"
         )
         return _error_result(base, RuleError(why))
+    problem, evidence = checked_evidence(judged.evidence, None)
+    if problem:
+        return _error_result(base, RuleError(f"plug-in rule kind {rule.kind!r} ({found.origin}) {problem}"))
+    judged.evidence = evidence or {}
     return _judged_result(base, rule.severity, judged)
 
 

@@ -118,6 +118,7 @@ def test_without_plugins_the_id_is_unknown(monkeypatch, plugins_on, example_site
 
 SCALAR = """
 from clgate.metrics.plugins import MetricPlugin
+from clgate.metrics.steps import Outcome
 import numpy as np
 
 def make(name, fn, shape="scalar", rng=(0.0, 1.0)):
@@ -143,6 +144,9 @@ SHADOW = make("mica", lambda i: 1.0)
 WINDOW = make("wf5", lambda i: 0.0)
 MISNAMED = make("other_name", lambda i: 0.5)
 NOT_A_PLUGIN = object()
+BAD_EVIDENCE = make("bad_evidence", lambda i: Outcome(0.5, evidence=object()))
+LIST_EVIDENCE = make("list_evidence", lambda i: Outcome(0.5, evidence=[{"a": 1}]))
+NUMPY_EVIDENCE = make("numpy_evidence", lambda i: Outcome(np.float64(0.5), evidence={"v": np.float64(0.5)}))
 """
 
 
@@ -166,6 +170,9 @@ def broken_site(make_plugin):
             "not_a_plugin": "broken_metrics:NOT_A_PLUGIN",
             "missing_module": "no_such_module_xyz:THING",
             "BadId": "broken_metrics:GOOD",
+            "bad_evidence": "broken_metrics:BAD_EVIDENCE",
+            "list_evidence": "broken_metrics:LIST_EVIDENCE",
+            "numpy_evidence": "broken_metrics:NUMPY_EVIDENCE",
         },
     )
 
@@ -188,6 +195,8 @@ def broken_site(make_plugin):
             "not_a_plugin", "is a object, not a clgate.metrics.plugins.MetricPlugin", id="wrong-object"
         ),
         pytest.param("missing_module", "cannot be loaded: ModuleNotFoundError", id="import-error"),
+        pytest.param("bad_evidence", "returned evidence that is not JSON data", id="evidence-not-json"),
+        pytest.param("list_evidence", "returned evidence that is not an object", id="evidence-shape"),
     ],
 )
 def test_a_broken_plugin_is_a_named_null_and_changes_no_builtin(plugins_on, broken_site, metric_id, why):
@@ -210,6 +219,9 @@ def test_nan_is_undefined_not_a_failure(plugins_on, broken_site):
     result = compute_metrics(_log(6))
     assert result.metrics["nan_metric"] is None
     assert result.reasons["nan_metric"] == "undefined for this log"
+    # numpy numbers are numbers: value and evidence come out as plain JSON
+    assert result.metrics["numpy_evidence"] == 0.5 and result.evidence["numpy_evidence"] == {"v": 0.5}
+    result.model_dump_json()
 
 
 def test_builtin_ids_and_bad_ids_are_refused_named(plugins_on, broken_site):

@@ -114,12 +114,16 @@ def refuses(rule, runs, inputs):
 def wrong(rule, runs, inputs):
     return 0.9
 
+def bad_evidence(rule, runs, inputs):
+    return Judged(0.9, 0.5, ">=", 0.4, {"x": object()}, "fine")
+
 RAISES = Judge("raises", model("raises"), subject=lambda r: "x", judge=raises)
 NAN = Judge("nan_kind", model("nan_kind"), subject=lambda r: "x", judge=nan)
 REFUSES = Judge("refuses", model("refuses"), subject=lambda r: "x", judge=refuses)
 WRONG = Judge("wrong", model("wrong"), subject=lambda r: "x", judge=wrong)
 MISMATCH = Judge("other", model("other"), subject=lambda r: "x", judge=wrong)
 NOT_A_JUDGE = 42
+BAD_EVIDENCE = Judge("bad_evidence", model("bad_evidence"), subject=lambda r: "x", judge=bad_evidence)
 SHADOW = Judge("metric", model("metric"), subject=lambda r: "x", judge=wrong)
 """
 
@@ -138,6 +142,7 @@ def broken_kinds(make_plugin):
             "not_a_judge": "broken_rules:NOT_A_JUDGE",
             "gone": "no_module_here_xyz:JUDGE",
             "metric": "broken_rules:SHADOW",
+            "bad_evidence": "broken_rules:BAD_EVIDENCE",
         },
     )
 
@@ -154,6 +159,7 @@ def broken_kinds(make_plugin):
         ),
         pytest.param("not_a_judge", "is a int, not a clgate.policy.judges.Judge", id="not-a-judge"),
         pytest.param("gone", "cannot be loaded: ModuleNotFoundError", id="import-error"),
+        pytest.param("bad_evidence", "returned evidence that is not JSON data", id="evidence-not-json"),
     ],
 )
 def test_a_broken_kind_is_an_error_naming_the_plugin(plugins_on, broken_kinds, kind, why):
