@@ -85,12 +85,17 @@ def task_accuracy_matrix(
         raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
     if mode not in ("macro", "micro"):
         raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
-    out = np.empty((class_acc.shape[0], len(tasks)))
-    # blocks of rows: the reordered copy stays small; np.take reorders columns ~4× faster than [:, order]
-    for r0 in range(0, class_acc.shape[0], _ROWS):
+    n_points = class_acc.shape[0]
+    out = np.empty((n_points, len(tasks)))
+    # blocks of rows, reordered into one reused buffer (no fresh pages per block); np.take reorders
+    # columns ~4× faster than [:, order]
+    reordered = np.empty((min(_ROWS, n_points), len(order))) if mode == "macro" else None
+    for r0 in range(0, n_points, _ROWS):
         rows = slice(r0, r0 + _ROWS)
-        if mode == "macro":
-            out[rows] = np.add.reduceat(np.take(class_acc[rows], order, axis=1), starts, axis=1) / sizes
+        if reordered is not None:
+            block = reordered[: min(_ROWS, n_points - r0)]
+            np.take(class_acc[rows], order, axis=1, out=block)
+            out[rows] = np.add.reduceat(block, starts, axis=1) / sizes
             continue
         assert correct is not None and total is not None
         total_by_task = np.take(total[rows], order, axis=1)
