@@ -228,6 +228,11 @@ def log_from_rows(
     if on_ambiguous not in ("refuse", "nearest"):
         raise TableError(f"--on-ambiguous: must be refuse or nearest, got {on_ambiguous!r}")
     rates = totals is None and not any("total" in r and not _blank(r["total"]) for _, r in numbered)
+    if rates and decimals is not None:
+        raise TableError(
+            f"--decimals: rebuilding counts needs each class's size, and {source} has no total column: "
+            "give --totals FILE or --total N (or leave --decimals out to import the accuracies as they are)"
+        )
     options = _Options(source, decimals, totals, on_ambiguous, rates)
     records = [_record(number, row, options) for number, row in numbered]
     if isinstance(totals, Mapping):

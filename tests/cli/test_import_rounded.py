@@ -215,6 +215,7 @@ def test_accuracy_only_table_without_sizes_is_a_rates_log(tmp_path):
         (ACCURACY_ONLY, ["--totals", "{sizes}", "--total", "3"], "--totals and --total: give one"),
         (ACCURACY_ONLY, ["--on-ambiguous", "nearest"], "--on-ambiguous: only applies with --decimals"),
         (ACCURACY_ONLY, ["--on-ambiguous", "maybe"], "--on-ambiguous"),
+        (ACCURACY_ONLY, ["--decimals", "2"], "--decimals: rebuilding counts needs each class's size"),
         (ACCURACY_ONLY, ["--totals", "{missing}"], "cannot read"),
         (ACCURACY_ONLY, ["--totals", "{bad}"], "invalid JSON"),
         (
