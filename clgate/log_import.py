@@ -8,8 +8,12 @@ The table is CSV (header row) or JSON Lines (one object a line), one row per cla
 | ``task`` | 1-based task being trained at that point |
 | ``class`` | class id (``0 … C-1``) or class name |
 | ``correct``, ``total`` | correct predictions and evaluated samples of the class |
-| ``accuracy`` | instead of ``correct``: accuracy in [0, 1]; ``total`` (the class's sample count) is then required |
+| ``accuracy`` | instead of ``correct``: accuracy in [0, 1]; the count is rebuilt from it and the class's ``total`` |
 | ``task_end`` | optional (true/false); default: the last point of each task is its task end |
+
+Accuracies rounded to ``d`` decimals (``decimals=d``) give the one count that rounds to them, and
+refuse a row where none or several do. Class sizes may come from outside the table (``totals``); a
+table of accuracies without any size becomes a rates log (``accuracy`` points, no confidence bounds).
 
 The task layout is the order in which classes are first evaluated (the classes first seen at task
 ``k``'s points form task ``k``), or given explicitly (``tasks``). Pure python: no torch.
@@ -34,8 +38,9 @@ import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import ValidationError
 
@@ -153,77 +158,114 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+AmbiguousPolicy = Literal["refuse", "nearest"]
+ACCURACY_SLACK = 1e-9
+"""Float slack added to the rounding bound ``0.5·10^-d`` (a value like ``0.30000000000000004``)."""
+
+
+def count_candidates(accuracy: float, total: int, decimals: int) -> range:
+    """The counts ``correct`` in ``[0, total]`` whose ``correct / total`` rounds to ``accuracy`` at
+    ``decimals`` decimals: ``|correct/total - accuracy| ≤ 0.5·10^-decimals`` (+ ``ACCURACY_SLACK``).
+
+    >>> count_candidates(0.67, 3, 2), count_candidates(0.33, 100, 2), count_candidates(0.5, 250, 2)
+    (range(2, 3), range(33, 34), range(124, 127))
+    >>> len(count_candidates(0.1, 7, 2))  # 0/7 = 0.0 and 1/7 = 0.143: no count rounds to 0.10
+    0
+    """
+    if total < 1:
+        raise ValueError(f"total: must be ≥ 1 to rebuild a count, got {total}")
+    if decimals < 0:
+        raise ValueError(f"decimals: must be ≥ 0, got {decimals}")
+    bound = 0.5 * 10.0**-decimals + ACCURACY_SLACK
+    low = max(0, math.ceil((accuracy - bound) * total))
+    high = min(total, math.floor((accuracy + bound) * total))
+    return range(low, max(low, high + 1))
+
+
+class _Record(NamedTuple):
+    number: int
+    iteration: int
+    task: int
+    name: str
+    correct: int | None  # None in a rates log (accuracies only)
+    total: int | None
+    accuracy: float | None
+    end: bool | None
+
+
+class _Options(NamedTuple):
+    source: str
+    decimals: int | None
+    totals: Mapping[str, int] | int | None
+    on_ambiguous: AmbiguousPolicy
+    rates: bool  # no row has a total and none was given: the log keeps the accuracies
+
+
 def log_from_rows(
     rows: Iterable[Mapping[str, Any] | tuple[int, Mapping[str, Any]]],
     *,
     source: str = "table",
     tasks: Sequence[Sequence[int | str]] | None = None,
     meta: Mapping[str, Any] | None = None,
+    decimals: int | None = None,
+    totals: Mapping[str, int] | int | None = None,
+    on_ambiguous: AmbiguousPolicy = "refuse",
 ) -> EvaluationLog:
-    """Build and validate the log; raises :class:`TableError` naming ``source``, the row and the column."""
+    """Build and validate the log; raises :class:`TableError` naming ``source``, the row and the column.
+
+    ``decimals``: the accuracies were rounded to that many decimals; a count is rebuilt from an
+    accuracy when exactly one ``correct`` in ``[0, total]`` rounds to it (:func:`count_candidates`),
+    or, with ``on_ambiguous="nearest"``, the nearest of several (ties: the lower count). ``totals``:
+    each class's number of evaluated samples (class name → size, or one size for every class), for a
+    table without a ``total`` column. A table with accuracies and no totals at all becomes a rates log
+    (``accuracy`` points: no confidence bounds).
+    """
     numbered = [r if isinstance(r, tuple) else (i + 2, r) for i, r in enumerate(rows)]
     if not numbered:
         raise TableError(f"{source}: no rows")
-    records: list[tuple[int, int, int, str, int, int, bool | None]] = []
-    from_accuracy = False
-    for number, row in numbered:
-        where = f"{source}: row {number}"
-        missing = [c for c in REQUIRED if c not in row or _blank(row[c])]
-        has_correct = "correct" in row and not _blank(row["correct"])
-        has_accuracy = "accuracy" in row and not _blank(row["accuracy"])
-        if not has_correct and not has_accuracy:
-            missing.append("correct (or accuracy)")
-        if missing:
-            raise TableError(f"{where}: missing column(s) {', '.join(missing)}")
-        iteration = _int(row["iteration"], f"{where}, column 'iteration'")
-        task = _int(row["task"], f"{where}, column 'task'", minimum=1)
-        total = _int(row["total"], f"{where}, column 'total'")
-        name = str(row["class"]).strip()
-        if not name:
-            raise TableError(f"{where}, column 'class': empty")
-        if has_correct:
-            correct = _int(row["correct"], f"{where}, column 'correct'")
-            if has_accuracy:
-                acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'")
-                if total and abs(acc - correct / total) > 0.5 / total + 1e-9:
-                    raise TableError(
-                        f"{where}, column 'accuracy': {acc} disagrees with correct/total = {correct}/{total}"
-                    )
-        else:
-            acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'")
-            exact = acc * total
-            correct = round(exact)
-            if abs(exact - correct) > 0.05 + 5e-4 * total:
-                raise TableError(
-                    f"{where}, column 'accuracy': {acc} × total {total} = {exact:.3f} is not a whole count "
-                    "(is 'total' the class's number of evaluated samples?)"
-                )
-            from_accuracy = True
-        if correct > total:
-            raise TableError(f"{where}, column 'correct': {correct} exceeds total {total}")
-        end = (
-            _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
+    if decimals is not None and decimals < 0:
+        raise TableError(f"--decimals: must be ≥ 0, got {decimals}")
+    if on_ambiguous not in ("refuse", "nearest"):
+        raise TableError(f"--on-ambiguous: must be refuse or nearest, got {on_ambiguous!r}")
+    rates = totals is None and not any("total" in r and not _blank(r["total"]) for _, r in numbered)
+    if rates and decimals is not None:
+        raise TableError(
+            f"--decimals: rebuilding counts needs each class's size, and {source} has no total column: "
+            "give --totals FILE or --total N (or leave --decimals out to import the accuracies as they are)"
         )
-        records.append((number, iteration, task, name, correct, total, end))
+    options = _Options(source, decimals, totals, on_ambiguous, rates)
+    records = [_record(number, row, options) for number, row in numbered]
+    if isinstance(totals, Mapping):
+        unused = sorted(set(totals) - {r.name for r in records})
+        if unused:
+            raise TableError(f"--totals: class(es) {unused[:10]} never appear in {source}")
     ids = _class_ids(records, tasks, source)
-    n_classes = len(ids)
     layout = _layout(records, ids, tasks, source)
-    points = _points(records, ids, n_classes, source)
+    points = _points(records, ids, len(ids), source)
     names = sorted(ids, key=ids.__getitem__)
     integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
-    digest = hashlib.sha256(json.dumps([r[1:] for r in records]).encode()).hexdigest()
+    # counts tables keep the digest of earlier releases; a rates log has accuracies in place of counts
+    kept: list[list[Any]] = [[r.iteration, r.task, r.name, r.correct, r.total, r.end] for r in records]
+    if rates:
+        kept = [[r.iteration, r.task, r.name, r.accuracy, r.end] for r in records]
+    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+    rebuilt = [r for r in records if r.accuracy is not None and r.correct is not None]
+    provenance: dict[str, Any] = {
+        "imported_from": source,
+        "table_sha256": digest,
+        "counts_from_accuracy": bool(rebuilt) and not rates,
+    }
+    if rates:
+        provenance["accuracy_only"] = True
+    if decimals is not None:
+        provenance["accuracy_decimals"] = decimals
     try:
         return EvaluationLog.model_validate(
             {
                 "class_names": None if integer_ids else names,
                 "tasks": layout,
                 "points": points,
-                "meta": {
-                    "imported_from": source,
-                    "table_sha256": digest,
-                    "counts_from_accuracy": from_accuracy,
-                }
-                | dict(meta or {}),
+                "meta": provenance | dict(meta or {}),
             }
         )
     except ValidationError as exc:
@@ -232,8 +274,101 @@ def log_from_rows(
         ) from None
 
 
-def _class_ids(records: list, tasks: Sequence[Sequence[int | str]] | None, source: str) -> dict[str, int]:
-    names = list(dict.fromkeys(r[3] for r in sorted(records, key=lambda r: (r[1], r[0]))))
+def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
+    """One row, checked and with its count rebuilt from its accuracy where it has none."""
+    where = f"{options.source}: row {number}"
+    has_correct = "correct" in row and not _blank(row["correct"])
+    has_accuracy = "accuracy" in row and not _blank(row["accuracy"])
+    has_total = "total" in row and not _blank(row["total"])
+    missing = [c for c in ("iteration", "task", "class") if c not in row or _blank(row[c])]
+    if not has_correct and not has_accuracy:
+        missing.append("correct (or accuracy)")
+    if not has_total and options.totals is None and not (options.rates and not has_correct):
+        missing.append("total (or --totals FILE / --total N for the class sizes)")
+    if missing:
+        raise TableError(f"{where}: missing column(s) {', '.join(missing)}")
+    iteration = _int(row["iteration"], f"{where}, column 'iteration'")
+    task = _int(row["task"], f"{where}, column 'task'", minimum=1)
+    name = str(row["class"]).strip()
+    if not name:
+        raise TableError(f"{where}, column 'class': empty")
+    end = _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
+    acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'") if has_accuracy else None
+    if options.rates:
+        return _Record(number, iteration, task, name, None, None, acc, end)
+    total = _total(row, has_total, name, where, options)
+    at = f"{where} (class {name!r}, iteration {iteration}), column 'accuracy'"
+    if has_correct:
+        correct = _int(row["correct"], f"{where}, column 'correct'")
+        if acc is not None and total:
+            bound = 0.5 / total if options.decimals is None else 0.5 * 10.0**-options.decimals
+            if abs(acc - correct / total) > bound + ACCURACY_SLACK:
+                shown = "" if options.decimals is None else f" rounded to {options.decimals} decimals"
+                raise TableError(f"{at}: {acc} disagrees with correct/total = {correct}/{total}{shown}")
+    else:
+        assert acc is not None
+        correct = _rebuilt(acc, total, at, options)
+    if correct > total:
+        raise TableError(f"{where}, column 'correct': {correct} exceeds total {total}")
+    return _Record(number, iteration, task, name, correct, total, acc, end)
+
+
+def _total(row: Mapping[str, Any], has_total: bool, name: str, where: str, options: _Options) -> int:
+    """The row's ``total``, or the class's size from ``--totals``/``--total`` (both: they must agree)."""
+    given: int | None = None
+    if isinstance(options.totals, int):
+        given = options.totals
+    elif options.totals is not None:
+        if name not in options.totals:
+            raise TableError(f"{where}, column 'class': class {name!r} has no size in --totals")
+        given = options.totals[name]
+    if not has_total:
+        assert given is not None
+        return given
+    total = _int(row["total"], f"{where}, column 'total'")
+    if given is not None and given != total:
+        raise TableError(f"{where}, column 'total': {total}, but the given size of class {name!r} is {given}")
+    return total
+
+
+def _rebuilt(acc: float, total: int, at: str, options: _Options) -> int:
+    """``correct`` from an accuracy and the class size: exact (no ``decimals``), or the one count that
+    rounds to it."""
+    if options.decimals is None:
+        exact = acc * total
+        correct = round(exact)
+        if abs(exact - correct) > 0.05 + 5e-4 * total:
+            raise TableError(
+                f"{at}: {acc} × total {total} = {exact:.3f} is not a whole count (is 'total' the "
+                "class's number of evaluated samples? if the accuracies were rounded, give --decimals N)"
+            )
+        return correct
+    if total == 0:
+        raise TableError(f"{at}: total is 0, so no accuracy can be given (leave the class's row out)")
+    candidates = count_candidates(acc, total, options.decimals)
+    if len(candidates) == 1:
+        return candidates[0]
+    d = options.decimals
+    if not candidates:
+        nearest = min(round(acc * total), total)
+        raise TableError(
+            f"{at}: {acc} is not any count out of total {total} rounded to {d} decimals (the nearest, "
+            f"{nearest}/{total} = {nearest / total:.{d + 3}f}, is too far; is 'total' right, or --decimals?)"
+        )
+    if options.on_ambiguous == "nearest":  # ties: the lower count (the worse accuracy)
+        written = Fraction(repr(acc))  # the decimal as written: a tie stays a tie (1/3 and 2/3 of 0.5)
+        return min(candidates, key=lambda c: (abs(Fraction(c, total) - written), c))
+    shown = ", ".join(f"{c}/{total}" for c in candidates[:6]) + (" …" if len(candidates) > 6 else "")
+    raise TableError(
+        f"{at}: ambiguous: {acc} at {d} decimals is any of {shown}; give more decimals, or "
+        "--on-ambiguous nearest to take the nearest count"
+    )
+
+
+def _class_ids(
+    records: list[_Record], tasks: Sequence[Sequence[int | str]] | None, source: str
+) -> dict[str, int]:
+    names = list(dict.fromkeys(r.name for r in sorted(records, key=lambda r: (r.iteration, r.number))))
     if all(n.isdigit() for n in names):
         ids = {n: int(n) for n in names}
         expected = set(range(len(names)))
@@ -254,7 +389,7 @@ def _class_ids(records: list, tasks: Sequence[Sequence[int | str]] | None, sourc
 
 
 def _layout(
-    records: list, ids: dict[str, int], tasks: Sequence[Sequence[int | str]] | None, source: str
+    records: list[_Record], ids: dict[str, int], tasks: Sequence[Sequence[int | str]] | None, source: str
 ) -> list[list[int]]:
     if tasks is not None:
         layout = []
@@ -268,9 +403,9 @@ def _layout(
         return layout
     first_task: dict[int, int] = {}
     for r in records:
-        c = ids[r[3]]
-        first_task[c] = min(first_task.get(c, r[2]), r[2])
-    n_tasks = max(r[2] for r in records)
+        c = ids[r.name]
+        first_task[c] = min(first_task.get(c, r.task), r.task)
+    n_tasks = max(r.task for r in records)
     layout = [sorted(c for c, t in first_task.items() if t == k) for k in range(1, n_tasks + 1)]
     empty = [k + 1 for k, g in enumerate(layout) if not g]
     if empty:
@@ -282,17 +417,24 @@ def _layout(
     return layout
 
 
-def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> list[dict[str, Any]]:
+def _points(records: list[_Record], ids: dict[str, int], n_classes: int, source: str) -> list[dict[str, Any]]:
     by_iteration: dict[int, dict[str, Any]] = {}
-    for number, iteration, task, name, correct, total, end in sorted(records, key=lambda r: (r[1], r[0])):
+    rates = any(r.correct is None for r in records)  # then none has counts (a rates log)
+    for number, iteration, task, name, correct, total, acc, end in sorted(
+        records, key=lambda r: (r.iteration, r.number)
+    ):
         point = by_iteration.get(iteration)
         if point is None:
+            values: dict[str, list[Any]] = (
+                {"accuracy": [None] * n_classes}
+                if rates
+                else {"correct": [0] * n_classes, "total": [0] * n_classes}
+            )
             point = by_iteration[iteration] = {
                 "iteration": iteration,
                 "task": task,
                 "task_end": end,
-                "correct": [0] * n_classes,
-                "total": [0] * n_classes,
+                **values,
                 "_rows": {},
                 "_first": number,
             }
@@ -315,8 +457,11 @@ def _points(records: list, ids: dict[str, int], n_classes: int, source: str) -> 
                 f"(row {point['_rows'][c]})"
             )
         point["_rows"][c] = number
-        point["correct"][c] = correct
-        point["total"][c] = total
+        if rates:
+            point["accuracy"][c] = acc
+        else:
+            point["correct"][c] = correct
+            point["total"][c] = total
     points = [by_iteration[i] for i in sorted(by_iteration)]
     explicit = any(p["task_end"] is not None for p in points)
     for i, p in enumerate(points):
@@ -362,13 +507,71 @@ def write_table(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     return path
 
 
+def read_totals(path: str | Path) -> dict[str, int]:
+    """Each class's number of evaluated samples, from a JSON object (``{"cat": 50, "dog": 48}``) or a
+    CSV file with the columns ``class`` and ``total``; :class:`TableError` names the file and the entry.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise TableError(f"--totals {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TableError(f"--totals {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    entries: list[tuple[str, Any, Any]] = []  # (where, class, size)
+    if path.suffix.lower() == ".json":
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TableError(f"--totals {path}: invalid JSON ({exc.msg})") from None
+        if not isinstance(doc, dict) or not doc:
+            raise TableError(f'--totals {path}: expected a JSON object of class sizes, like {{"cat": 50}}')
+        entries = [(f"--totals {path}: class {k!r}", k, v) for k, v in doc.items()]
+    else:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        columns = [c.strip() for c in reader.fieldnames or []]
+        if "class" not in columns or "total" not in columns:
+            raise TableError(f"--totals {path}: expected a CSV header with the columns class and total")
+        try:
+            for row in reader:
+                clean = {k.strip(): v for k, v in row.items() if k is not None}
+                entries.append((f"--totals {path}: row {reader.line_num}", clean["class"], clean["total"]))
+        except csv.Error as exc:
+            raise TableError(f"--totals {path}: row {reader.line_num}: {exc}") from None
+        if not entries:
+            raise TableError(f"--totals {path}: no rows")
+    totals: dict[str, int] = {}
+    for where, name, size in entries:
+        name = str(name if name is not None else "").strip()
+        if not name:
+            raise TableError(f"{where}: empty class")
+        if name in totals:
+            raise TableError(f"{where}: class {name!r} given twice")
+        totals[name] = _int(size, f"{where}, total", minimum=1)
+    return totals
+
+
 def import_table(
-    path: str | Path, *, fmt: str | None = None, tasks: Sequence[Sequence[int | str]] | None = None
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    tasks: Sequence[Sequence[int | str]] | None = None,
+    decimals: int | None = None,
+    totals: Mapping[str, int] | int | None = None,
+    on_ambiguous: AmbiguousPolicy = "refuse",
 ) -> EvaluationLog:
     """Read a CSV/JSON Lines per-class table and return the validated log (:class:`TableError` on bad
-    input)."""
+    input); ``decimals``, ``totals`` and ``on_ambiguous`` as in :func:`log_from_rows`."""
     path = Path(path)
     rows = read_table(path, fmt=fmt)
     unknown = sorted({k for _, r in rows for k in r} - KNOWN)
     meta = {"ignored_columns": unknown} if unknown else {}
-    return log_from_rows(rows, source=str(path), tasks=tasks, meta=meta)
+    return log_from_rows(
+        rows,
+        source=str(path),
+        tasks=tasks,
+        meta=meta,
+        decimals=decimals,
+        totals=totals,
+        on_ambiguous=on_ambiguous,
+    )

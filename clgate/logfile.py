@@ -21,7 +21,9 @@ import hashlib
 import json
 import re
 import zipfile
+import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -412,16 +414,16 @@ def _count_problems(a: LogArrays) -> list[str]:
     problems: list[str] = []
     assert a.correct is not None and a.total is not None
     for name, values in (("correct", a.correct), ("total", a.total)):
-        neg = np.argwhere(values < 0)
-        if len(neg):
-            i, c = neg[0]
+        if values.size and values.dtype.kind == "i" and values.min() < 0:  # a full index only then
+            i, c = np.argwhere(values < 0)[0]
             problems.append(f"points[{i}].{name}[{c}]: count ({values[i, c]}) is negative")
-    over = np.argwhere(a.correct > a.total)
-    if len(over):
-        i, c = over[0]
+    over = np.greater(a.correct, a.total)
+    if over.any():
+        i, c = np.unravel_index(int(over.argmax()), over.shape)
         problems.append(
             f"points[{i}].correct[{c}]: correct ({a.correct[i, c]}) exceeds total ({a.total[i, c]})"
         )
+    del over
     if a.finished_tasks:
         ends = a.task_end_idx
         seen = a.class_task[None, :] <= a.point_task[ends][:, None]
@@ -575,7 +577,12 @@ _MAX_HEADER_BYTES: Final = 64 << 20
 
 
 def _read_npz(path: Path, task_accuracy: TaskAccuracy) -> LogArrays:
-    """The ``.npz`` encoding, read safely: no pickles, shapes and dtypes checked before the data."""
+    """The ``.npz`` encoding, read safely: no pickles, shapes and dtypes checked before the data.
+
+    The two ``P × C`` count members are inflated at the same time, in two threads (zlib releases the
+    GIL), each straight into its array, chunk by chunk, in ``uint16`` while the counts fit in it (a
+    held-out class of at most 65,535 samples: half the memory of the ``int32`` that is written).
+    """
     fail = _npz_failer(path)
     try:
         with zipfile.ZipFile(path) as zf:
@@ -584,8 +591,11 @@ def _read_npz(path: Path, task_accuracy: TaskAccuracy) -> LogArrays:
                 extra = sorted(set(zf.namelist()) - {f"{n}.npy" for n in _NPZ_MEMBERS})
                 missing = [n for n in _NPZ_MEMBERS if n not in names]
                 raise fail("members", f"expected {', '.join(_NPZ_MEMBERS)}; missing {missing}, extra {extra}")
-            raw = {name: _npz_member(zf, name, fail) for name in _NPZ_MEMBERS}
-    except (OSError, zipfile.BadZipFile) as exc:
+            raw = {name: _npz_member(zf, name, fail) for name in _NPZ_MEMBERS[:4]}
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="clgate-npz") as pool:
+                counts = list(pool.map(lambda name: _npz_member(zf, name, fail), _NPZ_MEMBERS[4:]))
+            raw.update(zip(_NPZ_MEMBERS[4:], counts, strict=True))
+    except (OSError, zipfile.BadZipFile, zlib.error) as exc:
         raise EvaluationLogError([f"not a readable .npz log: {exc}"], str(path)) from None
     header = _npz_header(raw.pop("header"), fail, str(path))
     n_points, n_classes = len(raw["iteration"]), header.n_classes
@@ -642,21 +652,68 @@ def _npz_member(zf: zipfile.ZipFile, name: str, fail: Any) -> np.ndarray:
         limit = _MAX_HEADER_BYTES if name == "header" else MAX_NPZ_CELLS
         if cells > limit:
             raise fail(name, f"{cells} entries exceed the limit of {limit}")
-        fp_data = fp.read(cells * dtype.itemsize)
-        if len(fp_data) != cells * dtype.itemsize:
-            raise fail(name, "the data is shorter than its header says")
-    array = np.frombuffer(fp_data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+        sink = _CountSink(cells, dtype) if name in ("correct", "total") else _PlainSink(cells, dtype)
+        done, step = 0, max(_READ_BYTES // dtype.itemsize, 1)
+        while done < cells:
+            want = min(step, cells - done)
+            data = fp.read(want * dtype.itemsize)
+            if len(data) != want * dtype.itemsize:
+                raise fail(name, "the data is shorter than its header says")
+            sink.put(done, np.frombuffer(data, dtype=dtype))
+            done += want
+    array = sink.result().reshape(shape, order="F" if fortran else "C")
     return _narrow(name, array, fail)
+
+
+_READ_BYTES: Final = 1 << 22
+"""A member's data is inflated and stored this many bytes at a time (numpy's own reader: 256 KiB)."""
+
+
+class _PlainSink:
+    """A member's entries stored as read."""
+
+    def __init__(self, cells: int, dtype: np.dtype[Any]) -> None:
+        self.out = np.empty(cells, dtype=dtype)
+
+    def put(self, at: int, chunk: np.ndarray) -> None:
+        self.out[at : at + len(chunk)] = chunk
+
+    def result(self) -> np.ndarray:
+        return self.out
+
+
+class _CountSink:
+    """Counts stored in ``uint16`` while every one read so far fits, else (from then on) in the
+    narrowest of ``int32``/``int64`` that holds the written dtype; no second full-size copy is made."""
+
+    def __init__(self, cells: int, dtype: np.dtype[Any]) -> None:
+        self.cells, self.dtype = cells, dtype
+        self.out: np.ndarray = np.empty(cells, dtype=np.uint16)
+
+    def put(self, at: int, chunk: np.ndarray) -> None:
+        if self.out.dtype == np.uint16 and len(chunk) and (chunk.min() < 0 or chunk.max() > _U16_MAX):
+            fits32 = (self.dtype.kind == "i" and self.dtype.itemsize <= 4) or self.dtype.itemsize <= 2
+            wide = np.empty(self.cells, dtype=np.int32 if fits32 else np.int64)
+            wide[:at] = self.out[:at]
+            self.out = wide
+        self.out[at : at + len(chunk)] = chunk  # exact, but a uint64 above int64 (then a negative count)
+
+    def result(self) -> np.ndarray:
+        return self.out
+
+
+_U16_MAX: Final = int(np.iinfo(np.uint16).max)
 
 
 def _narrow(name: str, array: np.ndarray, fail: Any) -> np.ndarray:
     if name in ("header", "task_end"):
         return array
     if name in ("correct", "total"):
-        small = array.dtype.itemsize <= (4 if array.dtype.kind == "i" else 2)
-        if small or not array.size or (int(array.min()) >= -(2**31) and int(array.max()) < 2**31):
-            return array.astype(np.int32, copy=False)  # what write_log writes: no pass over the data
-        return array.astype(np.int64)  # the contract check names a negative count
+        if array.dtype != np.int64 or not array.size:
+            return array  # uint16 or int32 (_CountSink)
+        if int(array.min()) >= -(2**31) and int(array.max()) < 2**31:
+            return array.astype(np.int32)
+        return array  # the contract check names a negative count (a uint64 above the int64 range)
     if array.size and array.dtype.kind == "u" and int(array.max()) >= 2**63:
         raise fail(name, "values exceed the int64 range")
     return array.astype(np.int64, copy=False)

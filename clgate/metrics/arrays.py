@@ -85,15 +85,22 @@ def task_accuracy_matrix(
         raise ValueError("task_accuracy: 'micro' pools correct/total counts; this log has accuracies only")
     if mode not in ("macro", "micro"):
         raise ValueError(f"task_accuracy: must be 'macro' or 'micro', got {mode!r}")
-    out = np.empty((class_acc.shape[0], len(tasks)))
-    for r0 in range(0, class_acc.shape[0], _ROWS):  # blocks of rows: the reordered copy stays small
+    n_points = class_acc.shape[0]
+    out = np.empty((n_points, len(tasks)))
+    # blocks of rows, reordered into one reused buffer (no fresh pages per block); np.take reorders
+    # columns ~4× faster than [:, order]
+    reordered = np.empty((min(_ROWS, n_points), len(order))) if mode == "macro" else None
+    for r0 in range(0, n_points, _ROWS):
         rows = slice(r0, r0 + _ROWS)
-        if mode == "macro":
-            out[rows] = np.add.reduceat(class_acc[rows][:, order], starts, axis=1) / sizes
+        if reordered is not None:
+            block = reordered[: min(_ROWS, n_points - r0)]
+            np.take(class_acc[rows], order, axis=1, out=block)
+            out[rows] = np.add.reduceat(block, starts, axis=1) / sizes
             continue
         assert correct is not None and total is not None
-        total_by_task = total[rows][:, order]
-        c = np.add.reduceat(correct[rows][:, order], starts, axis=1, dtype=np.int64).astype(float)
+        total_by_task = np.take(total[rows], order, axis=1)
+        correct_by_task = np.take(correct[rows], order, axis=1)
+        c = np.add.reduceat(correct_by_task, starts, axis=1, dtype=np.int64).astype(float)
         t = np.add.reduceat(total_by_task, starts, axis=1, dtype=np.int64).astype(float)
         missing = np.minimum.reduceat(total_by_task, starts, axis=1) == 0  # a class of the task not evaluated
         with np.errstate(invalid="ignore", divide="ignore"):

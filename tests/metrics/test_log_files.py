@@ -289,3 +289,95 @@ def test_an_npz_that_breaks_the_contract_names_the_point(tmp_path):
     with pytest.raises(EvaluationLogError) as exc:
         read_log(_npz(tmp_path, correct=counts))
     assert exc.value.problems == ["points[1].correct[0]: correct (99) exceeds total (50)"]
+
+
+# ------------------------------------------------------------------------------------------ npz speed path
+def _random_count_log(
+    seed: int, *, n_points: int = 240, n_classes: int = 40, top: int = 300
+) -> EvaluationLog:
+    """A seeded random log with counts (tasks a permutation of the classes, totals up to ``top``)."""
+    rng = np.random.default_rng(seed)
+    n_tasks = 4
+    tasks = rng.permutation(n_classes).reshape(n_tasks, -1)
+    class_task = np.argsort(np.concatenate(tasks)) // (n_classes // n_tasks)
+    point_task = np.arange(n_points) * n_tasks // n_points
+    ends = np.r_[point_task[1:] != point_task[:-1], True]
+    sizes = rng.integers(1, top + 1, n_classes)
+    points = []
+    for i in range(n_points):
+        total = np.where(class_task <= point_task[i], sizes, 0)
+        correct = (rng.random(n_classes) * (total + 1)).astype(np.int64).clip(0, total)
+        points.append(
+            {
+                "iteration": 5 * (i + 1),
+                "task": int(point_task[i]) + 1,
+                "task_end": bool(ends[i]),
+                "correct": correct.tolist(),
+                "total": total.tolist(),
+            }
+        )
+    return EvaluationLog.model_validate({"tasks": tasks.tolist(), "points": points, "meta": {"seed": seed}})
+
+
+@pytest.mark.parametrize(
+    "top",
+    [pytest.param(300, id="counts-in-uint16"), pytest.param(200_000, id="counts-beyond-uint16")],
+)
+def test_npz_and_json_forms_give_identical_metrics_on_a_random_log(top, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from clgate import logfile
+    from clgate.cli import app
+
+    monkeypatch.setattr(logfile, "_READ_BYTES", 4096)  # many chunks: the switch to int32 happens midway
+    log = _random_count_log(top, top=top)
+    json_path = write_log(log, tmp_path / "log.json", format="json")[0]
+    npz_path = write_log(log, tmp_path / "log.npz", format="npz")[0]
+    from_json, from_npz = read_log(json_path), read_log(npz_path)
+    assert from_npz.correct is not None and from_npz.correct.dtype == (np.uint16 if top < 2**16 else np.int32)
+    _same_arrays(from_npz, from_json)
+    for mode in ("macro", "micro"):
+        assert compute_metrics(from_npz, task_accuracy=mode) == compute_metrics(from_json, task_accuracy=mode)
+    assert log_hash(from_npz) == log_hash(from_json) == log_hash(log)
+    runner = CliRunner()
+    outputs = [runner.invoke(app, ["metrics", str(p), "--json"]) for p in (json_path, npz_path)]
+    assert [r.exit_code for r in outputs] == [0, 0], outputs[1].output
+    assert outputs[0].stdout == outputs[1].stdout
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "problem"),
+    [
+        pytest.param(np.int64, -3, "points[2].correct[1]: count (-3) is negative", id="negative-int64"),
+        pytest.param(
+            np.int64, 2**40, "points[2].correct[1]: correct (1099511627776) exceeds", id="beyond-int32"
+        ),
+        pytest.param(np.uint64, 2**64 - 1, "points[2].correct[1]: count (-1) is negative", id="beyond-int64"),
+    ],
+)
+def test_npz_counts_of_any_integer_width_keep_their_values(dtype, value, problem, tmp_path, monkeypatch):
+    from clgate import logfile
+
+    monkeypatch.setattr(logfile, "_READ_BYTES", 16)
+    log = load_log(EXAMPLE)
+    counts = np.array([p.correct for p in log.points], dtype=dtype)
+    arrays = read_log(_npz(tmp_path, correct=counts))  # the same counts, written in another dtype
+    assert arrays.correct is not None and arrays.correct.dtype == np.uint16
+    assert compute_metrics(arrays) == compute_metrics(log)
+    counts[2, 1] = value
+    with pytest.raises(EvaluationLogError) as exc:
+        read_log(_npz(tmp_path, correct=counts))
+    assert exc.value.problems[0].startswith(problem), exc.value.problems
+
+
+def test_an_npz_with_corrupt_compressed_data_is_refused(tmp_path):
+    path = write_log(load_log(EXAMPLE), tmp_path / "log.npz", format="npz")[0]
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo("correct.npy")
+        start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    data = bytearray(path.read_bytes())
+    data[start + 10 : start + 30] = b"\xff" * 20
+    path.write_bytes(bytes(data))
+    with pytest.raises(EvaluationLogError) as exc:
+        read_log(path)
+    assert "not a readable .npz log" in exc.value.problems[0]
