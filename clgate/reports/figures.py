@@ -240,9 +240,11 @@ def _heatmap_columns(class_acc: np.ndarray, order: np.ndarray) -> tuple[np.ndarr
     if n_points <= _HEATMAP_COLUMNS:
         return np.array(class_acc[:, order].T, dtype=float), np.arange(n_points)
     starts = np.linspace(0, n_points, _HEATMAP_COLUMNS, endpoint=False).astype(np.int64)
-    with np.errstate(invalid="ignore"):
-        worst = np.fmin.reduceat(class_acc, starts, axis=0)  # NaN only where no point evaluated it
-    return np.array(worst[:, order].T, dtype=float), np.r_[starts[1:], n_points] - 1
+    ends = np.r_[starts[1:], n_points]
+    with np.errstate(invalid="ignore"):  # NaN only where no point evaluated it
+        # one reduce per column: the same minima as np.fmin.reduceat(axis=0), several times faster
+        worst = np.stack([np.fmin.reduce(class_acc[s:e], axis=0) for s, e in zip(starts, ends, strict=True)])
+    return np.array(worst[:, order].T, dtype=float), ends - 1
 
 
 def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
