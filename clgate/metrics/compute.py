@@ -208,7 +208,19 @@ def _baseline_arrays(a: LogArrays, baseline: LogLike) -> LogArrays:
         )
     if b.class_names != a.class_names:
         raise ValueError("baseline: class names differ from the log's (same classes, same ids needed)")
+    if not _same_cells(a, b):
+        raise ValueError(
+            "baseline: its scenario or class_of differs from the log's (an NI/NIC log compares only with "
+            "a log over the same cells)"
+        )
     return b
+
+
+def _same_cells(a: LogArrays, b: LogArrays) -> bool:
+    """Whether two logs have the same scenario and map their columns to the same classes."""
+    if a.scenario != b.scenario or (a.class_of is None) != (b.class_of is None):
+        return False
+    return a.class_of is None or b.class_of is None or bool(np.array_equal(a.class_of, b.class_of))
 
 
 def _class_stats(
@@ -302,6 +314,8 @@ def compute_runs(
             raise ValueError(
                 f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s"
             )
+        if not _same_cells(x, first):
+            raise ValueError(f"logs[{i}]: its scenario or class_of differs from logs[0]'s (same cells needed)")
     runs = [compute_metrics(x, **options) for x in arrays]
     _, w = _check_options(task_accuracy, windows, weights, epsilon, confidence)
     aggregates: dict[str, Aggregate] = {}
