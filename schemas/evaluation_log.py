@@ -303,15 +303,24 @@ class EvaluationLog(BaseModel):
             lacking = sorted(set(range(n_real)) - brought)
             if lacking:
                 problems.add(
-                    f"tasks[0]: scenario ni: the first task brings every class; class id(s) {_short(lacking)} "
+                    f"tasks[0]: scenario ni: the first task brings every class; "
+                    f"class id(s) {_short(lacking)} "
                     "are missing (use scenario nic when tasks also bring new classes)"
                 )
         if self.groups is not None:
             if len(self.groups) != len(self.tasks):
                 problems.add(f"groups: {len(self.groups)} names for {len(self.tasks)} tasks (one per task)")
-            duplicates = sorted({g for g in self.groups if self.groups.count(g) > 1})
-            if duplicates:
-                problems.add(f"groups: duplicate names {_short(duplicates)}")
+            else:
+                owner: dict[tuple[str, int], int] = {}
+                for k, ids in enumerate(self.tasks):
+                    for cell in ids:
+                        key = (self.groups[k], class_of[cell])
+                        if key in owner:
+                            problems.add(
+                                f"groups: cells {owner[key]} and {cell} are both class {key[1]} of group "
+                                f"{key[0]!r} (a group's class is one cell)"
+                            )
+                        owner.setdefault(key, cell)
         return n_real
 
     def _check_points(self, problems: _Problems, n_classes: int) -> None:

@@ -315,7 +315,9 @@ def compute_runs(
                 f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s"
             )
         if not _same_cells(x, first):
-            raise ValueError(f"logs[{i}]: its scenario or class_of differs from logs[0]'s (same cells needed)")
+            raise ValueError(
+                f"logs[{i}]: its scenario or class_of differs from logs[0]'s (same cells needed)"
+            )
     runs = [compute_metrics(x, **options) for x in arrays]
     _, w = _check_options(task_accuracy, windows, weights, epsilon, confidence)
     aggregates: dict[str, Aggregate] = {}
