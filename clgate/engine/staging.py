@@ -104,6 +104,7 @@ def _stage_models(
     if "path" in data:
         data["path"] = "staged"
     doc["data"] = data
+    doc["scenario"] = {**doc["scenario"], "samples": None}  # held-out positions per group: trusted side only
     return doc, files
 
 
