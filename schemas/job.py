@@ -153,9 +153,6 @@ class GroupSamples(_Strict):
     test: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
 
 
-_GROUP_NAME = r"^[^\s@][^@]{0,63}$"  # a group's name: shown as "<class> @ <group>"
-
-
 class ScenarioSpec(_Strict):
     """Class order and task split (``type: nc``, the default), or tasks of sample groups (``ni``, ``nic``).
 
@@ -177,13 +174,11 @@ class ScenarioSpec(_Strict):
     class_order: list[Annotated[int, Field(ge=0)]] | None = None
     shuffle_seed: int | None = None
     first_task_learned: bool = False
-    groups: list[Annotated[str, Field(pattern=_GROUP_NAME)]] | None = Field(
-        None, description="ni/nic: the sample group of each task, in task order"
-    )
+    groups: list[str] | None = Field(None, description="ni/nic: the sample group of each task, in task order")
     classes: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
         None, description="nic: the classes each task brings from its group"
     )
-    samples: dict[Annotated[str, Field(pattern=_GROUP_NAME)], GroupSamples] | None = Field(
+    samples: dict[str, GroupSamples] | None = Field(
         None, description="ni/nic: sample groups given by hand (instead of the data's)"
     )
 
@@ -214,6 +209,13 @@ class ScenarioSpec(_Strict):
 
     def _check_groups(self) -> ScenarioSpec:
         kind = self.type
+        for field_name in ("groups", "samples"):
+            for name in getattr(self, field_name) or []:
+                if not (0 < len(name) <= 64) or "@" in name or name != name.strip():
+                    raise ValueError(
+                        f"{field_name}: {name[:70]!r} is not a group name (1 to 64 characters, no '@', which "
+                        "separates class and group in a cell's name, no surrounding spaces)"
+                    )
         for name in ("tasks", "class_order", "shuffle_seed"):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name}: only for type nc; a {kind} scenario's tasks are its groups")

@@ -1,0 +1,109 @@
+"""Metrics on NI/NIC logs (cells): the docs' worked example, C_k as distinct classes, cell names, and
+comparisons only between logs over the same cells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clgate.metrics import LogArrays, compute_metrics, compute_runs
+from clgate.metrics import functional as fn
+from clgate.schemas import EvaluationLog
+
+
+def _worked() -> dict:
+    """docs/metrics.md's worked example: cats and dogs by day (task 1), then by night (task 2)."""
+    return {
+        "scenario": "ni",
+        "class_of": [0, 1, 0, 1],
+        "class_names": ["cat", "dog"],
+        "groups": ["day", "night"],
+        "tasks": [[0, 1], [2, 3]],
+        "points": [
+            {"iteration": 100, "task": 1, "task_end": True, "correct": [9, 8, 0, 0], "total": [10, 10, 0, 0]},
+            {"iteration": 200, "task": 2, "task_end": True, "correct": [7, 8, 6, 9], "total": [10] * 4},
+        ],
+    }
+
+
+def _approx(values: list) -> list:
+    return [None if v is None else pytest.approx(v) for v in values]
+
+
+def test_the_docs_worked_example():
+    m = compute_metrics(EvaluationLog.parse(_worked()))
+    assert m.metrics["acc"] == _approx([0.85, 0.75])
+    assert m.metrics["mica"] == _approx([0.8, 0.6])
+    assert m.metrics["mica_old"] == _approx([None, 0.7])
+    assert m.metrics["af"] == _approx([None, 0.10])
+    assert m.metrics["forg"] == _approx([None, 0.10])
+    assert m.metrics["bwt"] == pytest.approx(-0.10)
+    assert m.metrics["raa"] == _approx([0.85, 0.75])  # C_k = 2, 2 (classes), not 2, 4 (cells)
+    assert (
+        m.metrics["raf"] == [None, None] and "no task after the first brings a new class" in m.reasons["raf"]
+    )
+    assert [e["class_name"] for e in m.evidence["mica"]] == ["dog @ day", "cat @ night"]
+    assert [c.name for c in m.classes] == ["cat @ day", "dog @ day", "cat @ night", "dog @ night"]
+    assert [c.final_accuracy for c in m.classes] == _approx([0.7, 0.8, 0.6, 0.9])
+
+
+def test_the_same_counts_read_as_nc_rescale_by_cells():
+    """The C_k change is what differs: the same numbers as an NC log of 4 classes give raa = acc·C_k/C_K."""
+    doc = _worked()
+    for key in ("scenario", "class_of", "groups", "class_names"):
+        doc.pop(key)
+    m = compute_metrics(EvaluationLog.parse(doc))
+    assert m.metrics["acc"] == _approx([0.85, 0.75])
+    assert m.metrics["raa"] == _approx([0.85 * 2 / 4, 0.75])
+    assert m.metrics["raf"][1] is not None
+
+
+def test_nic_c_k_counts_distinct_classes():
+    # task 1: classes 0, 1 (group a); task 2: classes 0, 1, 2 (group b); task 3: class 2 (group a)
+    log = EvaluationLog.parse(
+        {
+            "scenario": "nic",
+            "class_of": [0, 1, 0, 1, 2, 2],
+            "groups": ["a", "b", "a"],
+            "tasks": [[0, 1], [2, 3, 4], [5]],
+            "points": [
+                {"iteration": 1, "task": 1, "task_end": True, "accuracy": [0.9, 0.8, None, None, None, None]},
+                {"iteration": 2, "task": 2, "task_end": True, "accuracy": [0.8, 0.7, 0.6, 0.5, 0.4, None]},
+                {"iteration": 3, "task": 3, "task_end": True, "accuracy": [0.7, 0.6, 0.5, 0.4, 0.3, 0.2]},
+            ],
+        }
+    )
+    a = LogArrays.from_log(log)
+    assert a.classes_seen.tolist() == [2, 3, 3] and a.task_sizes.tolist() == [2, 3, 1]
+    m = compute_metrics(log)
+    acc = m.metrics["acc"]
+    assert m.metrics["raa"] == _approx([acc[0] * 2 / 3, acc[1], acc[2]])
+    rand = fn.random_forgetting(np.array([2, 1, 0]))
+    assert rand[1] > 0 and rand[2] > 0  # defined where an earlier task saw fewer classes
+    assert all(v is not None for v in m.metrics["raf"][1:])
+    assert a.class_names[4] == "2 @ b"
+
+
+def test_a_baseline_over_other_cells_is_refused():
+    log = EvaluationLog.parse(_worked())
+    nc = _worked()
+    for key in ("scenario", "class_of", "groups"):
+        nc.pop(key)
+    nc["class_names"] = ["cat @ day", "dog @ day", "cat @ night", "dog @ night"]  # the same names, not cells
+    with pytest.raises(ValueError, match="baseline: its scenario or class_of differs"):
+        compute_metrics(log, baseline=EvaluationLog.parse(nc))
+    with pytest.raises(ValueError, match=r"logs\[1\]: its scenario or class_of differs"):
+        compute_runs([log, EvaluationLog.parse(nc)])
+    same = compute_metrics(log, baseline=log)
+    assert same.metrics["class_regression"] == pytest.approx(0.0)
+
+
+def test_nc_logs_serialise_as_before():
+    doc = _worked()
+    for key in ("scenario", "class_of", "groups", "class_names"):
+        doc.pop(key)
+    text = EvaluationLog.parse(doc).model_dump_json()
+    assert '"scenario"' not in text and '"class_of"' not in text and '"groups"' not in text
+    assert EvaluationLog.parse({**doc, "scenario": "nc"}).model_dump_json() == text
+    ni = EvaluationLog.parse(_worked())
+    assert EvaluationLog.parse(ni.model_dump_json()) == ni
