@@ -30,6 +30,11 @@ class ClassStats(BaseModel):
     )
     min_after_learned_iteration: int | None = None
     min_after_learned_lcb: float | None = None
+    of_class: str | None = Field(
+        None,
+        description="NI/NIC logs: the name of the class this cell belongs to (null: the row is a class).",
+    )
+    group: str | None = Field(None, description="NI/NIC logs: the cell's sample group (its task's).")
 
 
 class _NotebookViews:

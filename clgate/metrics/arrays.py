@@ -149,6 +149,10 @@ class LogArrays:
     new_classes: np.ndarray | None = None
     """Classes each task brings that no earlier task brought (``task_sizes`` in an NC log)."""
     scenario: str = "nc"
+    column_class: list[str] | None = None
+    """NI/NIC logs: the class name of every column (cell)."""
+    column_group: list[str] | None = None
+    """NI/NIC logs: the sample group of every column (cell): its task's group, or ``task k``."""
     resources: dict[str, np.ndarray] | None = None
     partial: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
@@ -256,6 +260,8 @@ class LogArrays:
             class_of=class_of,
             new_classes=_new_classes(tasks, class_of),
             scenario=log.scenario,
+            column_class=None if class_of is None else [log.class_label(int(c)) for c in class_of],
+            column_group=None if class_of is None else [log.group_label(k) for k in log.task_of_cells()],
             resources=resources,
             partial=log.partial,
             meta=dict(log.meta),

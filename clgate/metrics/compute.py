@@ -262,6 +262,8 @@ def _class_stats(
                 min_after_learned=float(low[c]) if has_low else None,
                 min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
                 min_after_learned_lcb=_num(low_lcb[c]) if has_low and low_lcb is not None else None,
+                of_class=a.column_class[c] if a.column_class is not None else None,
+                group=a.column_group[c] if a.column_group is not None else None,
             )
         )
     return stats

@@ -107,3 +107,24 @@ def test_nc_logs_serialise_as_before():
     assert EvaluationLog.parse({**doc, "scenario": "nc"}).model_dump_json() == text
     ni = EvaluationLog.parse(_worked())
     assert EvaluationLog.parse(ni.model_dump_json()) == ni
+
+
+def test_a_class_rule_and_an_fmeca_rating_by_class_name_cover_every_cell():
+    from clgate.fmeca import build_worksheet
+    from clgate.policy import decide, parse_policy
+
+    log = EvaluationLog.parse(_worked())
+    policy = parse_policy(
+        {
+            "name": "cats",
+            "rules": [{"classes": ["cat"], "at": "final", "floor": 0.65}],
+            "fmeca": {"default_severity": 5, "severity": {"cat": 9}, "default_detection": 5},
+        }
+    )
+    d = decide([log], policy)
+    assert d.verdict == "FAIL"  # cat @ night reads 0.6 < 0.65; cat @ day (0.7) passes
+    assert "cat @ night" in d.rules[0].message and "cat @ day" not in d.rules[0].message
+    rows = {r.class_name: r for r in build_worksheet([compute_metrics(log)], policy.fmeca).rows}
+    assert rows["cat @ night"].severity == 9 and rows["dog @ night"].severity == 5
+    stats = compute_metrics(log).classes
+    assert (stats[2].of_class, stats[2].group) == ("cat", "night") and stats[0].of_class == "cat"
