@@ -188,9 +188,12 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
 
     console = Console()
     if isinstance(result, MetricsResult):
+        real = {c.of_class for c in result.classes if c.of_class is not None}
+        columns = (
+            f"{result.n_classes} cells of {len(real)} classes" if real else f"{result.n_classes} classes"
+        )
         console.print(
-            f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {result.n_classes} classes, "
-            f"task accuracy {result.task_accuracy}"
+            f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {columns}, task accuracy {result.task_accuracy}"
         )
         console.print(_per_task_table("Per-task metrics", result.metrics, result.n_tasks))
         scalars = Table(title="Scalar metrics", title_justify="left")

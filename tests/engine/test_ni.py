@@ -282,3 +282,36 @@ def test_nic_job_through_gate_job(tmp_path):
     # C_k = 2, 3, 3 distinct classes (not 2, 5, 6 cells)
     assert raa == pytest.approx([acc[0] * 2 / 3, acc[1], acc[2]])
     assert "washer @ day" in (tmp_path / "report" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_service_runs_an_ni_job_on_the_same_engine_path(api):
+    import time
+
+    admin = api.as_role("admin")
+    api.post("/v1/policies", json={"name": "p", "rules": [{"metric": "acc", "floor": 0.1}]}, headers=admin)
+    spec = {
+        "data": {"kind": "digits", "shift": {"type": "brightness", "groups": 2}},
+        "scenario": {"type": "ni"},
+        "model": {"arch": "mlp", "hidden": 32},
+        "training": {"iterations": 5},
+        "evaluation": {"eval_every": None},
+    }
+    body = {"mode": "retrain", "model_name": "ni", "spec": spec, "policy": {"name": "p", "version": "1"}}
+    r = api.post("/v1/jobs", json=body, headers=admin)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 240
+    while (job := api.get(f"/v1/jobs/{r.json()['id']}", headers=admin).json())["state"] not in (
+        "succeeded",
+        "failed",
+        "cancelled",
+    ):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert job["state"] == "succeeded", job
+    from clgate.schemas.evaluation_log import EvaluationLog
+
+    log = EvaluationLog.parse(api.get(f"/v1/jobs/{job['id']}/results/log", headers=admin).content)
+    assert log.scenario == "ni" and log.groups == ["bright100", "bright75"] and log.n_classes == 20
+    md = api.get(f"/v1/jobs/{job['id']}/results/report.md", headers=admin).text
+    assert "@ bright75" in md
