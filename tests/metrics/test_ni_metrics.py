@@ -128,3 +128,18 @@ def test_a_class_rule_and_an_fmeca_rating_by_class_name_cover_every_cell():
     assert rows["cat @ night"].severity == 9 and rows["dog @ night"].severity == 5
     stats = compute_metrics(log).classes
     assert (stats[2].of_class, stats[2].group) == ("cat", "night") and stats[0].of_class == "cat"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl", ".npz"])
+def test_every_log_file_form_keeps_the_cells(tmp_path, suffix):
+    from clgate.logfile import read_log, write_log
+    from clgate.policy import log_hash
+
+    log = EvaluationLog.parse(_worked())
+    path = tmp_path / f"log{suffix}"
+    write_log(log, path, format=suffix[1:])
+    a = read_log(path)
+    assert a.scenario == "ni" and a.class_of.tolist() == [0, 1, 0, 1] and a.classes_seen.tolist() == [2, 2]
+    assert a.class_names == ["cat @ day", "dog @ day", "cat @ night", "dog @ night"]
+    assert log_hash(a) == log_hash(log)
+    assert compute_metrics(a).metrics["raa"] == compute_metrics(log).metrics["raa"]
