@@ -287,6 +287,13 @@ class EvaluationLog(BaseModel):
         absent = sorted(set(range(n_real)) - set(class_of))
         if absent:
             problems.add(f"class_of: class id(s) {_short(absent)} belong to no cell (every class needs one)")
+        self._check_cell_classes(problems, class_of, n_real)
+        if self.groups is not None:
+            self._check_groups(problems, class_of, self.groups)
+        return n_real
+
+    def _check_cell_classes(self, problems: _Problems, class_of: list[int], n_real: int) -> None:
+        """One cell per class in a task; in NI, a first task that brings every class."""
         for k, ids in enumerate(self.tasks):
             first: dict[int, int] = {}
             for cell in ids:
@@ -307,21 +314,22 @@ class EvaluationLog(BaseModel):
                     f"class id(s) {_short(lacking)} "
                     "are missing (use scenario nic when tasks also bring new classes)"
                 )
-        if self.groups is not None:
-            if len(self.groups) != len(self.tasks):
-                problems.add(f"groups: {len(self.groups)} names for {len(self.tasks)} tasks (one per task)")
-            else:
-                owner: dict[tuple[str, int], int] = {}
-                for k, ids in enumerate(self.tasks):
-                    for cell in ids:
-                        key = (self.groups[k], class_of[cell])
-                        if key in owner:
-                            problems.add(
-                                f"groups: cells {owner[key]} and {cell} are both class {key[1]} of group "
-                                f"{key[0]!r} (a group's class is one cell)"
-                            )
-                        owner.setdefault(key, cell)
-        return n_real
+
+    def _check_groups(self, problems: _Problems, class_of: list[int], groups: list[str]) -> None:
+        """One name per task, and a group's class in one cell only."""
+        if len(groups) != len(self.tasks):
+            problems.add(f"groups: {len(groups)} names for {len(self.tasks)} tasks (one per task)")
+            return
+        owner: dict[tuple[str, int], int] = {}
+        for k, ids in enumerate(self.tasks):
+            for cell in ids:
+                key = (groups[k], class_of[cell])
+                if key in owner:
+                    problems.add(
+                        f"groups: cells {owner[key]} and {cell} are both class {key[1]} of group "
+                        f"{key[0]!r} (a group's class is one cell)"
+                    )
+                owner.setdefault(key, cell)
 
     def _check_points(self, problems: _Problems, n_classes: int) -> None:
         n_tasks = len(self.tasks)

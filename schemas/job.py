@@ -222,23 +222,7 @@ class ScenarioSpec(_Strict):
         if kind == "ni" and self.classes is not None:
             raise ValueError("classes: only for type nic (in ni every task brings every class)")
         if kind == "nic":
-            if self.groups is None or self.classes is None:
-                raise ValueError("nic needs groups (the group of each task) and classes (what it brings)")
-            if len(self.classes) != len(self.groups):
-                raise ValueError(
-                    f"classes: {len(self.classes)} lists for {len(self.groups)} groups (one each)"
-                )
-            for k, (group, classes) in enumerate(zip(self.groups, self.classes, strict=True)):
-                if not classes:
-                    raise ValueError(f"classes[{k}]: a task brings at least one class")
-                if len(set(classes)) != len(classes):
-                    raise ValueError(f"classes[{k}]: a class appears more than once")
-                for j in range(k):
-                    again = sorted(set(classes) & set(self.classes[j])) if self.groups[j] == group else []
-                    if again:
-                        raise ValueError(
-                            f"classes[{k}]: group {group!r} already brought class(es) {again} in task {j + 1}"
-                        )
+            self._check_nic()
         elif self.groups is not None and len(set(self.groups)) != len(self.groups):
             raise ValueError("groups: a group appears more than once (ni: one task per group)")
         n = len(self.groups) if self.groups is not None else None
@@ -247,6 +231,25 @@ class ScenarioSpec(_Strict):
         if self.first_task_learned and (n or self.n_tasks) == 1:
             raise ValueError("first_task_learned needs at least 2 tasks (the first one is not trained)")
         return self
+
+    def _check_nic(self) -> None:
+        """NIC: a list of classes per group, none empty, no group bringing one class twice."""
+        assert self.type == "nic"
+        if self.groups is None or self.classes is None:
+            raise ValueError("nic needs groups (the group of each task) and classes (what it brings)")
+        if len(self.classes) != len(self.groups):
+            raise ValueError(f"classes: {len(self.classes)} lists for {len(self.groups)} groups (one each)")
+        for k, (group, classes) in enumerate(zip(self.groups, self.classes, strict=True)):
+            if not classes:
+                raise ValueError(f"classes[{k}]: a task brings at least one class")
+            if len(set(classes)) != len(classes):
+                raise ValueError(f"classes[{k}]: a class appears more than once")
+            for j in range(k):
+                again = sorted(set(classes) & set(self.classes[j])) if self.groups[j] == group else []
+                if again:
+                    raise ValueError(
+                        f"classes[{k}]: group {group!r} already brought class(es) {again} in task {j + 1}"
+                    )
 
 
 # ---------------------------------------------------------------------- model

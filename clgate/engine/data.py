@@ -368,9 +368,6 @@ def shift_digits(
     >>> ds.group_names, np.bincount(ds.group_test).tolist()
     (['rot0', 'rot30', 'rot60'], [122, 120, 118])
     """
-    # scipy comes with scikit-learn, which the digits need anyway
-    from scipy import ndimage
-
     if type not in ("rotation", "brightness"):
         raise DataError(f"data.shift.type: {type!r} is not a shift (rotation, brightness)")
     step = step if step is not None else (30.0 if type == "rotation" else 0.25)
@@ -390,8 +387,7 @@ def shift_digits(
         for g in range(1, groups):
             rows = group == g
             if type == "rotation":
-                turned = ndimage.rotate(x[rows], g * step, axes=(2, 3), reshape=False, order=1, cval=0.0)
-                x[rows] = np.clip(turned, 0.0, 1.0)
+                x[rows] = _rotated(x[rows], g * step)
             else:
                 x[rows] *= 1.0 - g * step
         return x
@@ -408,6 +404,16 @@ def shift_digits(
     ds.group_train, ds.group_test, ds.group_names = group_train, group_test, names
     ds.meta = {**ds.meta, "shift": {"type": type, "groups": groups, "step": step, "seed": seed}}
     return ds
+
+
+def _rotated(images: np.ndarray, degrees: float) -> np.ndarray:
+    """``(N, C, H, W)`` float images turned ``degrees`` counter-clockwise about their centre (Pillow,
+    bilinear, the corners filled with 0), clipped to [0, 1]."""
+    out = np.empty_like(images)
+    for i in np.ndindex(images.shape[:2]):
+        img = Image.fromarray(np.ascontiguousarray(images[i], dtype=np.float32), mode="F")
+        out[i] = np.asarray(img.rotate(degrees, resample=Image.Resampling.BILINEAR, fillcolor=0.0))
+    return np.clip(out, 0.0, 1.0)
 
 
 def group_ids(
@@ -603,7 +609,9 @@ def load_npz(path: str | Path, *, layout: str = "channels_first", groups: str = 
                 raise DataError(
                     f"{source}: {groups}_{split} has {len(a)} entries for the {split} set's samples"
                 )
-        ds.group_train, ds.group_test, ds.group_names = group_ids(*raw_groups, source, groups)
+        ds.group_train, ds.group_test, ds.group_names = group_ids(
+            raw_groups[0], raw_groups[1], source, groups
+        )
     return ds
 
 

@@ -38,9 +38,9 @@ def _select_classes(rule: ClassRule, classes: Sequence[ClassStats]) -> list[int]
         return list(range(len(classes)))
     by_name = {c.name: i for i, c in enumerate(classes)}
     cells_of: dict[str, list[int]] = {}  # NI/NIC: a class's name picks every cell of it
-    for i, c in enumerate(classes):
-        if c.of_class is not None:
-            cells_of.setdefault(c.of_class, []).append(i)
+    for i, stats in enumerate(classes):
+        if stats.of_class is not None:
+            cells_of.setdefault(stats.of_class, []).append(i)
     picked: list[int] = []
     unknown: list[str] = []
     for ref in rule.classes:
