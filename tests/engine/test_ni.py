@@ -315,3 +315,24 @@ def test_the_service_runs_an_ni_job_on_the_same_engine_path(api):
     assert log.scenario == "ni" and log.groups == ["bright100", "bright75"] and log.n_classes == 20
     md = api.get(f"/v1/jobs/{job['id']}/results/report.md", headers=admin).text
     assert "@ bright75" in md
+
+
+@pytest.mark.slow
+def test_nic_with_a_growing_head_future_tasks_and_a_subsample(tmp_path):
+    from clgate.engine import run_job
+
+    _grouped_npz(tmp_path / "parts.npz")
+    job = _job(type="nic", groups=["day", "night"], classes=[[0, 1], [1, 2]])
+    job["model"]["head"] = "growing"
+    job["evaluation"] = {"eval_every": None, "future_tasks": True, "subsample_per_task": 4}
+    spec = JobSpec.parse(job)
+    (path,) = run_job(spec, tmp_path / "out", base_dir=tmp_path)
+    log = load_log(path)
+    assert log.class_of == [0, 1, 1, 2] and log.tasks == [[0, 1], [2, 3]]
+    first, last = log.points
+    assert sum(first.total) == sum(last.total) == 8  # 4 per task, future task evaluated at task 1's end
+    assert all(t > 0 for t in first.total)
+    # the growing head had rows for classes 0, 1 only during task 1: class 2 is never predicted there
+    assert first.correct[3] == 0
+    params = [r.model_params for r in log.resources]
+    assert params[1] > params[0]  # class 2's row came with task 2
