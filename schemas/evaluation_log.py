@@ -34,15 +34,7 @@ import math
 import operator
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    ValidationError,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clgate.schemas.errors import InputError, loc_to_path, problems_of
 
@@ -122,18 +114,23 @@ class EvaluationLog(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["clgate.evaluation-log/v1"] = FORMAT
+    # NC logs are written exactly as before these fields existed (hashes stay the same): left out at "nc"/null
     scenario: Literal["nc", "ni", "nic"] = Field(
         "nc",
+        exclude_if=lambda value: value == "nc",
         description="nc: tasks bring new classes (ids in tasks are classes); ni: new instances of the same "
         "classes; nic: both. In ni/nic logs, ids in tasks and positions in counts are cells (see class_of).",
     )
     class_of: list[Annotated[int, Field(ge=0)]] | None = Field(
         None,
+        exclude_if=lambda value: value is None,
         description="ni/nic only: the class id (0 … C-1) of each cell id (position); a cell is the held-out "
         "samples of one class in one task's sample group.",
     )
     groups: list[str] | None = Field(
-        None, description="ni/nic only: the name of the sample group each task brings (one per task)."
+        None,
+        exclude_if=lambda value: value is None,
+        description="ni/nic only: the name of the sample group each task brings (one per task).",
     )
     class_names: list[str] | None = None
     tasks: list[list[int]]
@@ -144,18 +141,6 @@ class EvaluationLog(BaseModel):
     diverged: Divergence | None = Field(
         None, description="Set when training stopped on a non-finite loss or weights (implies partial)."
     )
-
-    # ------------------------------------------------------------------ serialisation
-    @model_serializer(mode="wrap")
-    def _without_nc_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """An NC log is written exactly as before the scenario fields existed (hashes stay the same)."""
-        data: dict[str, Any] = handler(self)
-        if data.get("scenario") == "nc":
-            del data["scenario"]
-        for key in ("class_of", "groups"):
-            if key in data and data[key] is None:
-                del data[key]
-        return data
 
     # ------------------------------------------------------------------ derived, cheap
     @property
