@@ -71,9 +71,10 @@ class Dataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
-    def digest(self) -> str:
+    def digest(self, *, groups: bool = True) -> str:
         """sha256 over the arrays (an image folder: its files' bytes) and class names (provenance in the
-        log's meta), streamed in 16 MiB slices without a copy of the data."""
+        log's meta), streamed in 16 MiB slices without a copy of the data; with ``groups`` (and groups
+        present) the sample groups too — an NC job leaves them out, its digest is what it always was."""
         h = hashlib.sha256()
         for a in (self.x_train, self.y_train, self.x_test, self.y_test):
             if isinstance(a, ImageFiles):
@@ -85,7 +86,7 @@ class Dataset:
             for start in range(0, len(flat), 1 << 24):  # streamed: no whole-array byte copy
                 h.update(flat[start : start + (1 << 24)].data)
         h.update("\x00".join(self.class_names).encode())
-        if self.group_train is not None and self.group_test is not None:  # NC data: the digest as before
+        if groups and self.group_train is not None and self.group_test is not None:
             for a in (self.group_train, self.group_test):
                 h.update(np.ascontiguousarray(a, dtype=np.int64).data)
             h.update("\x00".join(self.group_names).encode())

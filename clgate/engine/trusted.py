@@ -672,7 +672,7 @@ def run_job(
     base_dir = Path(base_dir) if base_dir is not None else None
     data = load_data(spec.data, base_dir)
     scenario = scenario_from_spec(spec.scenario, data)
-    digest = data.digest()
+    digest = data.digest(groups=scenario.kind != "nc")
     selection = select_heldout(
         scenario.test_cell,
         tasks=scenario.cells,

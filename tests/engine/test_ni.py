@@ -336,3 +336,12 @@ def test_nic_with_a_growing_head_future_tasks_and_a_subsample(tmp_path):
     assert first.correct[3] == 0
     params = [r.model_params for r in log.resources]
     assert params[1] > params[0]  # class 2's row came with task 2
+
+
+def test_group_arrays_change_the_data_digest_of_group_jobs_only(tmp_path):
+    _grouped_npz(tmp_path / "parts.npz")
+    data = load_data({"kind": "npz", "path": str(tmp_path / "parts.npz"), "groups": "lighting"})
+    plain = load_data({"kind": "npz", "path": str(tmp_path / "parts.npz"), "groups": "absent"})
+    assert not plain.has_groups and data.has_groups
+    assert data.digest(groups=False) == plain.digest()  # an NC job on the same file: the digest as before
+    assert data.digest() != plain.digest()
