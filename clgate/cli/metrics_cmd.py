@@ -220,6 +220,16 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
                     "—" if delta is None else f"{delta:+.4f}",
                 )
             console.print(deltas)
+        if result.pooled_classes:
+            pooled = Table(title="Per class, pooled over the groups seen so far", title_justify="left")
+            for column in ("class", "final", "correct / total", "cells"):
+                pooled.add_column(
+                    column, justify="right" if column in ("final", "correct / total") else "left"
+                )
+            for p in result.pooled_classes:
+                counts = "—" if p.final_total is None else f"{p.final_correct} / {p.final_total}"
+                pooled.add_row(escape(printable(p.name)), fmt(p.final_accuracy), counts, str(len(p.cells)))
+            console.print(pooled)
         return
 
     n_tasks = result.runs[0].n_tasks

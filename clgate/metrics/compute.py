@@ -20,7 +20,7 @@ from clgate.metrics import steps
 from clgate.metrics.arrays import LogArrays, TaskAccuracy, wilson_interval
 from clgate.metrics.registry import CL_CRITERIA, check_window, metric_ids, metric_info
 from clgate.schemas.evaluation_log import EvaluationLog
-from clgate.schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, RunsResult
+from clgate.schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, PooledClass, RunsResult
 
 LogLike = EvaluationLog | LogArrays
 
@@ -129,6 +129,7 @@ def compute_metrics(
         finished_tasks=F,
         classes=_class_stats(a, confidence, lcb_final, ctx.minima),
         class_deltas=ctx.class_deltas,
+        pooled_classes=_pooled_classes(a),
         meta=a.meta,
     )
 
@@ -214,6 +215,34 @@ def _baseline_arrays(a: LogArrays, baseline: LogLike) -> LogArrays:
             "a log over the same cells)"
         )
     return b
+
+
+def _pooled_classes(a: LogArrays) -> list[PooledClass] | None:
+    """NI/NIC logs: every class over its cells learned by the last task end (counts pooled); ``None`` in
+    an NC log."""
+    if a.class_of is None or a.column_class is None:
+        return None
+    F = a.finished_tasks
+    learned = a.class_task < F
+    e = int(a.task_end_idx[-1]) if F else -1
+    out = []
+    for c in range(int(a.class_of.max()) + 1):  # one record per class (output, not a hot path)
+        cells = np.flatnonzero((a.class_of == c) & learned)
+        correct = total = None
+        if a.correct is not None and a.total is not None and len(cells):
+            correct, total = int(a.correct[e, cells].sum()), int(a.total[e, cells].sum())
+        name = a.column_class[int(np.flatnonzero(a.class_of == c)[0])]
+        out.append(
+            PooledClass(
+                id=c,
+                name=name,
+                cells=[a.class_names[i] for i in cells],
+                final_accuracy=correct / total if total else None,
+                final_correct=correct,
+                final_total=total,
+            )
+        )
+    return out
 
 
 def _same_cells(a: LogArrays, b: LogArrays) -> bool:

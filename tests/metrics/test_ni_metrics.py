@@ -143,3 +143,19 @@ def test_every_log_file_form_keeps_the_cells(tmp_path, suffix):
     assert a.class_names == ["cat @ day", "dog @ day", "cat @ night", "dog @ night"]
     assert log_hash(a) == log_hash(log)
     assert compute_metrics(a).metrics["raa"] == compute_metrics(log).metrics["raa"]
+
+
+def test_the_pooled_view_sums_a_class_over_its_groups_and_nc_results_read_as_before():
+    m = compute_metrics(EvaluationLog.parse(_worked()))
+    assert [(p.name, p.final_correct, p.final_total) for p in m.pooled_classes] == [
+        ("cat", 13, 20),
+        ("dog", 17, 20),
+    ]
+    assert m.pooled_classes[0].cells == ["cat @ day", "cat @ night"]
+    assert m.pooled_classes[0].final_accuracy == pytest.approx(0.65)  # the cell view's worst cat: 0.6
+    doc = _worked()
+    for key in ("scenario", "class_of", "groups"):
+        doc.pop(key)
+    doc["class_names"] = ["a", "b", "c", "d"]
+    text = compute_metrics(EvaluationLog.parse(doc)).model_dump_json()
+    assert "pooled_classes" not in text and "of_class" not in text and '"group"' not in text
