@@ -228,7 +228,8 @@ def _pooled_classes(a: LogArrays) -> list[PooledClass] | None:
     out = []
     for c in range(int(a.class_of.max()) + 1):  # one record per class (output, not a hot path)
         cells = np.flatnonzero((a.class_of == c) & learned)
-        correct = total = None
+        correct: int | None = None
+        total: int | None = None
         if a.correct is not None and a.total is not None and len(cells):
             correct, total = int(a.correct[e, cells].sum()), int(a.total[e, cells].sum())
         name = a.column_class[int(np.flatnonzero(a.class_of == c)[0])]
@@ -237,7 +238,7 @@ def _pooled_classes(a: LogArrays) -> list[PooledClass] | None:
                 id=c,
                 name=name,
                 cells=[a.class_names[i] for i in cells],
-                final_accuracy=correct / total if total else None,
+                final_accuracy=correct / total if correct is not None and total else None,
                 final_correct=correct,
                 final_total=total,
             )
