@@ -12,6 +12,19 @@ log the tasks after the last finished one may have no ``task_end`` point; metric
 reached (``null``). A complete log (the default) must have a task end for every task.
 ``diverged: {task, iteration, reason}`` (with ``partial: true``) marks a run whose training stopped on a
 non-finite loss or weights; the gate never passes it.
+
+Scenarios: ``scenario: nc`` (new classes, the default, left out of the file) is the spec's log.
+``scenario: ni`` (new instances) and ``nic`` (new instances and classes) logs are the same contract over
+**cells**: a cell is (task k, class c), the held-out samples of class c in task k's sample group;
+``class_of`` maps each cell id to its class, ``tasks`` list cell ids, counts are per cell, and
+``groups`` optionally names each task's sample group. NC logs serialise exactly as before.
+
+>>> log = EvaluationLog.parse({"scenario": "ni", "class_of": [0, 1, 0, 1], "class_names": ["cat", "dog"],
+...     "groups": ["day", "night"], "tasks": [[0, 1], [2, 3]], "points": [
+...     {"iteration": 5, "task": 1, "task_end": True, "correct": [4, 3, 0, 0], "total": [4, 4, 0, 0]},
+...     {"iteration": 9, "task": 2, "task_end": True, "correct": [3, 4, 2, 3], "total": [4, 4, 4, 4]}]})
+>>> log.n_classes, log.n_real_classes, log.cell_names()
+(4, 2, ['cat @ day', 'dog @ day', 'cat @ night', 'dog @ night'])
 """
 
 from __future__ import annotations
@@ -101,6 +114,24 @@ class EvaluationLog(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: Literal["clgate.evaluation-log/v1"] = FORMAT
+    # NC logs are written exactly as before these fields existed (hashes stay the same): left out at "nc"/null
+    scenario: Literal["nc", "ni", "nic"] = Field(
+        "nc",
+        exclude_if=lambda value: value == "nc",
+        description="nc: tasks bring new classes (ids in tasks are classes); ni: new instances of the same "
+        "classes; nic: both. In ni/nic logs, ids in tasks and positions in counts are cells (see class_of).",
+    )
+    class_of: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="ni/nic only: the class id (0 … C-1) of each cell id (position); a cell is the held-out "
+        "samples of one class in one task's sample group.",
+    )
+    groups: list[str] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="ni/nic only: the name of the sample group each task brings (one per task).",
+    )
     class_names: list[str] | None = None
     tasks: list[list[int]]
     points: list[EvalPoint]
@@ -114,7 +145,41 @@ class EvaluationLog(BaseModel):
     # ------------------------------------------------------------------ derived, cheap
     @property
     def n_classes(self) -> int:
+        """Number of ids in ``tasks``: classes in an NC log, cells in an NI/NIC log (the counts' length)."""
         return sum(len(t) for t in self.tasks)
+
+    @property
+    def n_real_classes(self) -> int:
+        """Number of distinct classes ``C`` (``n_classes`` in an NC log)."""
+        return self.n_classes if self.class_of is None else len(set(self.class_of))
+
+    def classes_of_cells(self) -> list[int]:
+        """The class of every id in ``tasks`` (the identity in an NC log)."""
+        return list(range(self.n_classes)) if self.class_of is None else list(self.class_of)
+
+    def task_of_cells(self) -> list[int]:
+        """The 0-based task of every id in ``tasks``."""
+        out = [0] * self.n_classes
+        for k, ids in enumerate(self.tasks):
+            for c in ids:
+                out[c] = k
+        return out
+
+    def group_label(self, k: int) -> str:
+        """Task ``k``'s (0-based) sample group: its name in ``groups``, else ``task k+1``."""
+        return self.groups[k] if self.groups else f"task {k + 1}"
+
+    def cell_names(self) -> list[str]:
+        """The name of every id in ``tasks``: the class name in an NC log, ``"<class> @ <group>"`` in an
+        NI/NIC log (``<group>`` is the group's name, or ``task k`` without ``groups``)."""
+        if self.class_of is None:
+            return [self.class_label(c) for c in range(self.n_classes)]
+        task = self.task_of_cells()
+        names = self.class_names
+        return [
+            f"{names[c] if names else c} @ {self.group_label(k)}"
+            for c, k in zip(self.class_of, task, strict=True)
+        ]
 
     @property
     def n_tasks(self) -> int:
@@ -146,6 +211,7 @@ class EvaluationLog(BaseModel):
         return self
 
     def _check_tasks(self, problems: _Problems) -> int | None:
+        cells = self.class_of is not None
         if not self.tasks:
             problems.add("tasks: at least one task is required")
             return None
@@ -163,16 +229,92 @@ class EvaluationLog(BaseModel):
                 else:
                     seen[c] = k
         n_classes = len(seen)
+        word = "cell" if cells else "class"
         missing = sorted(set(range(n_classes)) - set(seen))
         if missing:
-            problems.add(f"tasks: class ids must be 0 … {n_classes - 1}; missing {_short(missing)}")
+            problems.add(f"tasks: {word} ids must be 0 … {n_classes - 1}; missing {_short(missing)}")
+        n_real = (
+            self._check_cells(problems, n_classes)
+            if not problems
+            else (len(set(self.class_of)) if self.class_of else n_classes)
+        )
         if self.class_names is not None:
-            if len(self.class_names) != n_classes:
-                problems.add(f"class_names: {len(self.class_names)} names for {n_classes} classes in tasks")
+            if len(self.class_names) != n_real:
+                problems.add(f"class_names: {len(self.class_names)} names for {n_real} classes in tasks")
             duplicates = sorted({n for n in self.class_names if self.class_names.count(n) > 1})
             if duplicates:
                 problems.add(f"class_names: duplicate names {_short(duplicates)}")
         return None if problems else n_classes
+
+    def _check_cells(self, problems: _Problems, n_cells: int) -> int:
+        """The scenario fields' rules (NI/NIC: ``class_of``, ``groups``); returns the number of classes."""
+        if self.scenario == "nc":
+            for name in ("class_of", "groups"):
+                if getattr(self, name) is not None:
+                    problems.add(f"{name}: only for scenario ni or nic (this log's scenario is nc)")
+            return n_cells
+        class_of = self.class_of
+        if class_of is None:
+            problems.add(
+                f"class_of: required when scenario is {self.scenario} (the class of each cell id in tasks)"
+            )
+            return n_cells
+        if len(class_of) != n_cells:
+            problems.add(f"class_of: {len(class_of)} entries for {n_cells} cells in tasks (one per cell)")
+            return n_cells
+        n_real = len(self.class_names) if self.class_names is not None else max(class_of) + 1
+        out_of_range = sorted({c for c in class_of if c >= n_real})
+        if out_of_range:
+            problems.add(
+                f"class_of: class id(s) {_short(out_of_range)} out of range (C = {n_real} classes, "
+                f"ids 0 … {n_real - 1})"
+            )
+        absent = sorted(set(range(n_real)) - set(class_of))
+        if absent:
+            problems.add(f"class_of: class id(s) {_short(absent)} belong to no cell (every class needs one)")
+        self._check_cell_classes(problems, class_of, n_real)
+        if self.groups is not None:
+            self._check_groups(problems, class_of, self.groups)
+        return n_real
+
+    def _check_cell_classes(self, problems: _Problems, class_of: list[int], n_real: int) -> None:
+        """One cell per class in a task; in NI, a first task that brings every class."""
+        for k, ids in enumerate(self.tasks):
+            first: dict[int, int] = {}
+            for cell in ids:
+                c = class_of[cell]
+                if c in first:
+                    problems.add(
+                        f"tasks[{k}]: cells {first[c]} and {cell} both map to class {c} in class_of "
+                        "(a task has at most one cell per class)"
+                    )
+                    break
+                first[c] = cell
+        if self.scenario == "ni" and not problems:
+            brought = {class_of[cell] for cell in self.tasks[0]}
+            lacking = sorted(set(range(n_real)) - brought)
+            if lacking:
+                problems.add(
+                    f"tasks[0]: scenario ni: the first task brings every class; "
+                    f"class id(s) {_short(lacking)} "
+                    "are missing (use scenario nic when tasks also bring new classes)"
+                )
+
+    def _check_groups(self, problems: _Problems, class_of: list[int], groups: list[str]) -> None:
+        """One name per task, and a group's class in one cell only."""
+        if len(groups) != len(self.tasks):
+            problems.add(f"groups: {len(groups)} names for {len(self.tasks)} tasks (one per task)")
+            return
+        owner: dict[tuple[str, int], int] = {}
+        for k, ids in enumerate(self.tasks):
+            for cell in ids:
+                key = (groups[k], class_of[cell])
+                if key in owner:
+                    problems.add(
+                        f"groups: cells {owner[key]} and {cell} are both class {key[1]} of group "
+                        f"{key[0]!r} (a group's class is one cell)"
+                    )
+                owner.setdefault(key, cell)
 
     def _check_points(self, problems: _Problems, n_classes: int) -> None:
         n_tasks = len(self.tasks)

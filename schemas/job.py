@@ -58,12 +58,38 @@ class _Strict(BaseModel):
 
 
 # ---------------------------------------------------------------------- data
+class DigitsShift(_Strict):
+    """A built-in distribution shift for the digits (new-instances scenarios): the images are split into
+    ``groups`` disjoint sample groups (seeded by ``seed``), and group g is transformed by g steps —
+    rotated by ``g · step`` degrees (``rotation``, default step 30) or scaled in brightness by
+    ``1 - g · step`` (``brightness``, default step 0.25). The groups are named ``rot0``, ``rot30`` …
+    or ``bright100``, ``bright75`` …"""
+
+    type: Literal["rotation", "brightness"]
+    groups: Annotated[int, Field(ge=2, le=12)] = 3
+    step: Annotated[float, Field(gt=0)] | None = None
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> DigitsShift:
+        if self.type == "brightness" and self.step is not None and (self.groups - 1) * self.step >= 1:
+            raise ValueError(
+                f"step: {self.groups - 1} brightness steps of {self.step} leave no light in the last group "
+                f"(give step < {1 / (self.groups - 1):.4g})"
+            )
+        return self
+
+
 class DigitsData(_Strict):
-    """scikit-learn's bundled 8×8 digits (10 classes, 1797 images); a seeded, stratified held-out split."""
+    """scikit-learn's bundled 8×8 digits (10 classes, 1797 images); a seeded, stratified held-out split.
+
+    ``shift`` makes sample groups of the same classes for an NI/NIC scenario (:class:`DigitsShift`).
+    """
 
     kind: Literal["digits"] = "digits"
     test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
     split_seed: int = 0
+    shift: DigitsShift | None = None
 
 
 class NpzData(_Strict):
@@ -79,6 +105,11 @@ class NpzData(_Strict):
     kind: Literal["npz"] = "npz"
     path: str
     layout: Literal["channels_first", "channels_last"] = "channels_first"
+    groups: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)] = Field(
+        "group",
+        description="NI/NIC scenarios: the sample group of each sample is read from the arrays "
+        "<groups>_train and <groups>_test (integers or strings), when the file has them",
+    )
 
 
 class ImageFolderData(_Strict):
@@ -87,6 +118,11 @@ class ImageFolderData(_Strict):
 
     kind: Literal["image_folder"] = "image_folder"
     path: str
+    grouped: bool = Field(
+        False,
+        description="train/<group>/<class>/* and test/<group>/<class>/*: one folder per sample group "
+        "(NI/NIC scenarios)",
+    )
     size: tuple[
         Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)], Annotated[int, Field(gt=0, le=MAX_IMAGE_SIDE)]
     ] = (32, 32)
@@ -110,23 +146,49 @@ DataSpec = Annotated[DigitsData | NpzData | ImageFolderData | SyntheticData, Fie
 
 
 # ---------------------------------------------------------------------- scenario
-class ScenarioSpec(_Strict):
-    """Class order and task split.
+class GroupSamples(_Strict):
+    """One sample group given by hand: the positions of its samples in the training and test sets."""
 
-    ``tasks`` (explicit class groups, any sizes) wins over ``class_order`` + ``n_tasks`` (equal
+    train: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    test: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+
+
+class ScenarioSpec(_Strict):
+    """Class order and task split (``type: nc``, the default), or tasks of sample groups (``ni``, ``nic``).
+
+    NC: ``tasks`` (explicit class groups, any sizes) wins over ``class_order`` + ``n_tasks`` (equal
     tasks). Without ``class_order`` the classes are taken in label order, or shuffled with
     ``shuffle_seed`` when given. ``first_task_learned``: the candidate already knows the first task's
     classes — that task is evaluated, not trained.
+
+    NI (new instances): task k trains on sample group ``groups[k]`` of every class (default: the data's
+    groups in their order). NIC (new instances and classes): task k brings the classes ``classes[k]``
+    of group ``groups[k]``; a group may come back with other classes, never with the same one twice.
+    The groups come from the data (``group_train``/``group_test`` arrays of an NPZ file, a grouped
+    image folder, the digits' ``shift``) or from ``samples`` (group name → training and test positions).
     """
 
+    type: Literal["nc", "ni", "nic"] = "nc"
     n_tasks: Annotated[int, Field(ge=1)] | None = None
     tasks: list[list[Annotated[int, Field(ge=0)]]] | None = None
     class_order: list[Annotated[int, Field(ge=0)]] | None = None
     shuffle_seed: int | None = None
     first_task_learned: bool = False
+    groups: list[str] | None = Field(None, description="ni/nic: the sample group of each task, in task order")
+    classes: list[list[Annotated[int, Field(ge=0)]]] | None = Field(
+        None, description="nic: the classes each task brings from its group"
+    )
+    samples: dict[str, GroupSamples] | None = Field(
+        None, description="ni/nic: sample groups given by hand (instead of the data's)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ScenarioSpec:
+        if self.type != "nc":
+            return self._check_groups()
+        for name in ("groups", "classes", "samples"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only for type ni or nic (sample-group scenarios)")
         if self.tasks is None and self.n_tasks is None:
             raise ValueError("give n_tasks (equal tasks) or tasks (explicit class groups)")
         if self.tasks is not None:
@@ -144,6 +206,50 @@ class ScenarioSpec(_Strict):
         if self.first_task_learned and self.tasks is None and self.n_tasks == 1:
             raise ValueError("first_task_learned needs at least 2 tasks (the first one is not trained)")
         return self
+
+    def _check_groups(self) -> ScenarioSpec:
+        kind = self.type
+        for field_name in ("groups", "samples"):
+            for name in getattr(self, field_name) or []:
+                if not (0 < len(name) <= 64) or "@" in name or name != name.strip():
+                    raise ValueError(
+                        f"{field_name}: {name[:70]!r} is not a group name (1 to 64 characters, no '@', which "
+                        "separates class and group in a cell's name, no surrounding spaces)"
+                    )
+        for name in ("tasks", "class_order", "shuffle_seed"):
+            if getattr(self, name) is not None:
+                raise ValueError(f"{name}: only for type nc; a {kind} scenario's tasks are its groups")
+        if kind == "ni" and self.classes is not None:
+            raise ValueError("classes: only for type nic (in ni every task brings every class)")
+        if kind == "nic":
+            self._check_nic()
+        elif self.groups is not None and len(set(self.groups)) != len(self.groups):
+            raise ValueError("groups: a group appears more than once (ni: one task per group)")
+        n = len(self.groups) if self.groups is not None else None
+        if self.n_tasks is not None and n is not None and self.n_tasks != n:
+            raise ValueError(f"n_tasks is {self.n_tasks} but groups lists {n} groups")
+        if self.first_task_learned and (n or self.n_tasks) == 1:
+            raise ValueError("first_task_learned needs at least 2 tasks (the first one is not trained)")
+        return self
+
+    def _check_nic(self) -> None:
+        """NIC: a list of classes per group, none empty, no group bringing one class twice."""
+        assert self.type == "nic"
+        if self.groups is None or self.classes is None:
+            raise ValueError("nic needs groups (the group of each task) and classes (what it brings)")
+        if len(self.classes) != len(self.groups):
+            raise ValueError(f"classes: {len(self.classes)} lists for {len(self.groups)} groups (one each)")
+        for k, (group, classes) in enumerate(zip(self.groups, self.classes, strict=True)):
+            if not classes:
+                raise ValueError(f"classes[{k}]: a task brings at least one class")
+            if len(set(classes)) != len(classes):
+                raise ValueError(f"classes[{k}]: a class appears more than once")
+            for j in range(k):
+                again = sorted(set(classes) & set(self.classes[j])) if self.groups[j] == group else []
+                if again:
+                    raise ValueError(
+                        f"classes[{k}]: group {group!r} already brought class(es) {again} in task {j + 1}"
+                    )
 
 
 # ---------------------------------------------------------------------- model

@@ -30,6 +30,30 @@ class ClassStats(BaseModel):
     )
     min_after_learned_iteration: int | None = None
     min_after_learned_lcb: float | None = None
+    # NI/NIC logs only (left out of an NC log's result, which reads as it always did)
+    of_class: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="NI/NIC logs: the name of the class this cell belongs to (absent: the row is a class).",
+    )
+    group: str | None = Field(
+        None, exclude_if=lambda value: value is None, description="NI/NIC logs: the cell's sample group."
+    )
+
+
+class PooledClass(BaseModel):
+    """NI/NIC logs: one class over the held-out samples of every group seen so far (its cells pooled)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: int = Field(description="The class id (class_of's value).")
+    name: str
+    cells: list[str] = Field(description="Its cells learned by the last task end, by name.")
+    final_accuracy: float | None = Field(
+        description="Correct / evaluated samples of those cells at the last task end (null without counts)."
+    )
+    final_correct: int | None = None
+    final_total: int | None = None
 
 
 class _NotebookViews:
@@ -88,6 +112,11 @@ class MetricsResult(_NotebookViews, BaseModel):
     classes: list[ClassStats] = Field(default_factory=list)
     class_deltas: list[float | None] | None = Field(
         None, description="Per-class final accuracy, candidate minus baseline (with a baseline)."
+    )
+    pooled_classes: list[PooledClass] | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="NI/NIC logs: each class pooled over the groups seen (classes[] holds its cells).",
     )
     meta: dict = Field(default_factory=dict, description="The log's meta (seed, strategy …).")
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from clgate.metrics.arrays import LogArrays
-    from clgate.schemas.metrics import MetricsResult, RunsResult
+    from clgate.schemas.metrics import MetricsResult, PooledClass, RunsResult
 
 
 class TaskAccuracy(StrEnum):
@@ -265,6 +265,23 @@ def _per_task_table(title: str, metrics: dict[str, Any], n_tasks: int) -> Table:
     return table
 
 
+def _pooled_table(pooled_classes: list[PooledClass]) -> Table:
+    """NI/NIC logs: each class pooled over the groups seen (``MetricsResult.pooled_classes``)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.fmt import printable
+
+    pooled = Table(title="Per class, pooled over the groups seen so far", title_justify="left")
+    for column in ("class", "final", "correct / total", "cells"):
+        pooled.add_column(column, justify="right" if column in ("final", "correct / total") else "left")
+    for p in pooled_classes:
+        counts = "—" if p.final_total is None else f"{p.final_correct} / {p.final_total}"
+        pooled.add_row(escape(printable(p.name)), fmt(p.final_accuracy), counts, str(len(p.cells)))
+    return pooled
+
+
 def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -276,9 +293,12 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
 
     console = Console()
     if isinstance(result, MetricsResult):
+        real = {c.of_class for c in result.classes if c.of_class is not None}
+        columns = (
+            f"{result.n_classes} cells of {len(real)} classes" if real else f"{result.n_classes} classes"
+        )
         console.print(
-            f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {result.n_classes} classes, "
-            f"task accuracy {result.task_accuracy}"
+            f"[bold]{sources[0]}[/]: {result.n_tasks} tasks, {columns}, task accuracy {result.task_accuracy}"
         )
         console.print(_per_task_table("Per-task metrics", result.metrics, result.n_tasks))
         scalars = Table(title="Scalar metrics", title_justify="left")
@@ -305,6 +325,8 @@ def print_result(result: MetricsResult | RunsResult, sources: list[str]) -> None
                     "—" if delta is None else f"{delta:+.4f}",
                 )
             console.print(deltas)
+        if result.pooled_classes:
+            console.print(_pooled_table(result.pooled_classes))
         return
 
     n_tasks = result.runs[0].n_tasks

@@ -50,6 +50,13 @@ class Dataset:
     class_names: list[str]
     source: str
     meta: dict[str, Any] = field(default_factory=dict)
+    group_train: np.ndarray | None = None  # sample group id of each training sample (NI/NIC data)
+    group_test: np.ndarray | None = None  # … and of each test sample
+    group_names: list[str] = field(default_factory=list)  # the name of each group id
+
+    @property
+    def has_groups(self) -> bool:
+        return self.group_train is not None and self.group_test is not None
 
     @property
     def stored_dtype(self) -> str:
@@ -64,9 +71,10 @@ class Dataset:
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
 
-    def digest(self) -> str:
+    def digest(self, *, groups: bool = True) -> str:
         """sha256 over the arrays (an image folder: its files' bytes) and class names (provenance in the
-        log's meta), streamed in 16 MiB slices without a copy of the data."""
+        log's meta), streamed in 16 MiB slices without a copy of the data; with ``groups`` (and groups
+        present) the sample groups too — an NC job leaves them out, its digest is what it always was."""
         h = hashlib.sha256()
         for a in (self.x_train, self.y_train, self.x_test, self.y_test):
             if isinstance(a, ImageFiles):
@@ -78,6 +86,10 @@ class Dataset:
             for start in range(0, len(flat), 1 << 24):  # streamed: no whole-array byte copy
                 h.update(flat[start : start + (1 << 24)].data)
         h.update("\x00".join(self.class_names).encode())
+        if groups and self.group_train is not None and self.group_test is not None:
+            for a in (self.group_train, self.group_test):
+                h.update(np.ascontiguousarray(a, dtype=np.int64).data)
+            h.update("\x00".join(self.group_names).encode())
         return h.hexdigest()
 
 
@@ -156,14 +168,21 @@ def load_data(spec: Any, base_dir: Path | None = None) -> Dataset:
         raise DataError("\n".join(f"data: {p}" for p in problems))
     kind = spec.get("kind")
     if kind == "digits":
-        return load_digits(test_fraction=spec.get("test_fraction", 0.2), split_seed=spec.get("split_seed", 0))
+        ds = load_digits(test_fraction=spec.get("test_fraction", 0.2), split_seed=spec.get("split_seed", 0))
+        shift = spec.get("shift")
+        return shift_digits(ds, **shift) if shift else ds
     if kind == "npz":
-        return load_npz(_resolve(spec["path"], base_dir), layout=spec.get("layout", "channels_first"))
+        return load_npz(
+            _resolve(spec["path"], base_dir),
+            layout=spec.get("layout", "channels_first"),
+            groups=spec.get("groups", "group"),
+        )
     if kind == "image_folder":
         return load_image_folder(
             _resolve(spec["path"], base_dir),
             size=tuple(spec.get("size", (32, 32))),
             color=spec.get("color", "RGB"),
+            grouped=bool(spec.get("grouped", False)),
         )
     if kind == "synthetic":
         args = {k: v for k, v in spec.items() if k != "kind"}
@@ -336,6 +355,86 @@ def load_digits(*, test_fraction: float = 0.2, split_seed: int = 0) -> Dataset:
     return ds
 
 
+def shift_digits(
+    ds: Dataset, *, type: str, groups: int = 3, step: float | None = None, seed: int = 0
+) -> Dataset:
+    """The digits split into ``groups`` sample groups of the same classes, group g shifted by g steps.
+
+    Within every class of each split, a ``seed``-drawn permutation deals the samples to the groups in
+    turn (every group gets about the same share of every class). ``rotation`` turns group g's images by
+    ``g · step`` degrees (default step 30; bilinear, corners filled with 0), ``brightness`` scales them by
+    ``1 - g · step`` (default step 0.25). Deterministic for a given ``seed``.
+
+    >>> ds = shift_digits(load_digits(), type="rotation", groups=3)
+    >>> ds.group_names, np.bincount(ds.group_test).tolist()
+    (['rot0', 'rot30', 'rot60'], [122, 120, 118])
+    """
+    if type not in ("rotation", "brightness"):
+        raise DataError(f"data.shift.type: {type!r} is not a shift (rotation, brightness)")
+    step = step if step is not None else (30.0 if type == "rotation" else 0.25)
+    if type == "brightness" and (groups - 1) * step >= 1:
+        raise DataError(f"data.shift.step: {groups - 1} brightness steps of {step} leave no light")
+    rng = np.random.default_rng(seed)
+
+    def deal(y: np.ndarray) -> np.ndarray:
+        out = np.empty(len(y), dtype=np.int64)
+        for c in np.unique(y):
+            rows = rng.permutation(np.flatnonzero(y == c))
+            out[rows] = np.arange(len(rows)) % groups
+        return out
+
+    def shifted(x: np.ndarray, group: np.ndarray) -> np.ndarray:
+        x = np.array(x, dtype=np.float32, copy=True)
+        for g in range(1, groups):
+            rows = group == g
+            if type == "rotation":
+                x[rows] = _rotated(x[rows], g * step)
+            else:
+                x[rows] *= 1.0 - g * step
+        return x
+
+    group_train, group_test = deal(ds.y_train), deal(ds.y_test)
+    names = [
+        f"rot{g * step:g}" if type == "rotation" else f"bright{round(100 * (1 - g * step))}"
+        for g in range(groups)
+    ]
+    ds.x_train, ds.x_test = (
+        shifted(np.asarray(ds.x_train), group_train),
+        shifted(np.asarray(ds.x_test), group_test),
+    )
+    ds.group_train, ds.group_test, ds.group_names = group_train, group_test, names
+    ds.meta = {**ds.meta, "shift": {"type": type, "groups": groups, "step": step, "seed": seed}}
+    return ds
+
+
+def _rotated(images: np.ndarray, degrees: float) -> np.ndarray:
+    """``(N, C, H, W)`` float images turned ``degrees`` counter-clockwise about their centre (Pillow,
+    bilinear, the corners filled with 0), clipped to [0, 1]."""
+    out = np.empty_like(images)
+    for i in np.ndindex(images.shape[:2]):
+        img = Image.fromarray(np.ascontiguousarray(images[i], dtype=np.float32), mode="F")
+        out[i] = np.asarray(img.rotate(degrees, resample=Image.Resampling.BILINEAR, fillcolor=0.0))
+    return np.clip(out, 0.0, 1.0)
+
+
+def group_ids(
+    train: np.ndarray, test: np.ndarray, source: str, name: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Sample-group labels (integers or strings, 1-D) → ids ``0 … G-1`` and the group names (sorted:
+    numerically for integers, as text otherwise); :class:`DataError` naming the array otherwise."""
+    for split, a in (("train", train), ("test", test)):
+        if a.ndim != 1 or a.dtype.kind not in "iuUS":
+            raise DataError(
+                f"{source}: {name}_{split} must be a 1-D array of integers or strings, "
+                f"got {a.dtype} {a.shape}"
+            )
+    if (train.dtype.kind in "iu") != (test.dtype.kind in "iu"):
+        raise DataError(f"{source}: {name}_train and {name}_test must both be integers or both strings")
+    values, inverse = np.unique(np.concatenate([train, test]), return_inverse=True)
+    names = [str(v) for v in values.tolist()]
+    return inverse[: len(train)].astype(np.int64), inverse[len(train) :].astype(np.int64), names
+
+
 CHANNEL_COUNTS = (1, 2, 3, 4)  # grey, grey+alpha, RGB, RGBA: what a channel axis of an image holds
 
 
@@ -454,10 +553,11 @@ def check_image_folder_limits(
     return problems
 
 
-def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
+def load_npz(path: str | Path, *, layout: str = "channels_first", groups: str = "group") -> Dataset:
     """``x_train, y_train, x_test, y_test`` (+ optional ``class_names``) from an ``.npz``; no pickles.
 
     ``layout`` is how 4-D images are stored (see :func:`apply_layout`); the result is channels-first.
+    ``<groups>_train`` and ``<groups>_test``, when present, give each sample's group (NI/NIC scenarios).
     """
     path = Path(path)
     source = str(path)
@@ -481,6 +581,13 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
         try:
             arrays = {k: _npz_member(path, k, archive) for k in ("x_train", "y_train", "x_test", "y_test")}
             names = archive["class_names"] if "class_names" in archive.files else None
+            group_keys = (f"{groups}_train", f"{groups}_test")
+            present = [k for k in group_keys if k in archive.files]
+            if len(present) == 1:
+                raise DataError(
+                    f"{source}: has {present[0]} but not {(set(group_keys) - set(present)).pop()}"
+                )
+            raw_groups = [archive[k] for k in group_keys] if present else None
         except ValueError as exc:  # object arrays need pickle: refused
             raise DataError(
                 f"{source}: {exc} (object arrays are refused; store numbers and strings)"
@@ -497,6 +604,15 @@ def load_npz(path: str | Path, *, layout: str = "channels_first") -> Dataset:
     )
     if arrays["x_train"].ndim == 4:
         ds.meta = {**ds.meta, "layout": layout}
+    if raw_groups is not None:
+        for split, a in zip(("train", "test"), raw_groups, strict=True):
+            if len(a) != len(ds.y_train if split == "train" else ds.y_test):
+                raise DataError(
+                    f"{source}: {groups}_{split} has {len(a)} entries for the {split} set's samples"
+                )
+        ds.group_train, ds.group_test, ds.group_names = group_ids(
+            raw_groups[0], raw_groups[1], source, groups
+        )
     return ds
 
 
@@ -539,14 +655,19 @@ def _npz_member(path: Path, key: str, archive: Any) -> np.ndarray:
         return archive[key]
 
 
-def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB") -> Dataset:
+def load_image_folder(
+    path: str | Path, *, size: tuple[int, int] = (32, 32), color: str = "RGB", grouped: bool = False
+) -> Dataset:
     """``train/<class>/*`` and ``test/<class>/*`` → ``(N, C, H, W)`` uint8 images, read lazily.
 
     Classes are the sub-folder names of ``train/`` in sorted order; ``test/`` must have the same. The
     inputs are :class:`~clgate.engine.samples.ImageFiles`: paths, decoded (converted to ``color`` and
     resized to ``size``) when a batch is read. Each file's header is read now, so that a file that is not
     an image is refused before training; a file whose pixels cannot be decoded is refused when it is read.
+    ``grouped``: ``train/<group>/<class>/*`` and ``test/<group>/<class>/*``, one folder per sample group.
     """
+    if grouped:
+        return _load_grouped_image_folder(Path(path), size=size, color=color)
     root = Path(path)
     for split in ("train", "test"):
         if not (root / split).is_dir():
@@ -584,6 +705,46 @@ def load_image_folder(path: str | Path, *, size: tuple[int, int] = (32, 32), col
         out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
     ds = validate_arrays(out["x_train"], out["y_train"], out["x_test"], out["y_test"], classes, str(root))
     ds.meta = {"size": list(size), "color": color}
+    return ds
+
+
+def _load_grouped_image_folder(root: Path, *, size: tuple[int, int], color: str) -> Dataset:
+    """``train/<group>/<class>/*`` and ``test/<group>/<class>/*``: classes are the class folder names of
+    every group (sorted), groups the group folder names (sorted); a group need not hold every class."""
+    for split in ("train", "test"):
+        if not (root / split).is_dir():
+            raise DataError(
+                f"{root}: missing folder {split}/ (expected {split}/<group>/<class>/<image files>)"
+            )
+    groups = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    if not groups:
+        raise DataError(f"{root / 'train'}: no group folders (expected train/<group>/<class>/<image files>)")
+    classes = sorted({c.name for g in groups for c in (root / "train" / g).iterdir() if c.is_dir()})
+    label = {name: i for i, name in enumerate(classes)}
+    out: dict[str, Any] = {}
+    for split in ("train", "test"):
+        paths: list[Path] = []
+        ys: list[int] = []
+        gs: list[int] = []
+        for gi, group in enumerate(groups):
+            folder = root / split / group
+            if not folder.is_dir():
+                raise DataError(f"{folder}: missing (group {group!r} has no {split} samples)")
+            for class_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+                if class_dir.name not in label:
+                    raise DataError(f"{class_dir}: class {class_dir.name!r} is in no train/<group>/ folder")
+                files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+                for f in files:
+                    _check_image_header(f)
+                paths.extend(files)
+                ys.extend([label[class_dir.name]] * len(files))
+                gs.extend([gi] * len(files))
+        out[f"x_{split}"] = ImageFiles(paths, size=(int(size[0]), int(size[1])), color=color)
+        out[f"y_{split}"] = np.asarray(ys, dtype=np.int64)
+        out[f"g_{split}"] = np.asarray(gs, dtype=np.int64)
+    ds = validate_arrays(out["x_train"], out["y_train"], out["x_test"], out["y_test"], classes, str(root))
+    ds.meta = {"size": list(size), "color": color, "grouped": True}
+    ds.group_train, ds.group_test, ds.group_names = out["g_train"], out["g_test"], groups
     return ds
 
 

@@ -5,15 +5,19 @@ made and split here too), chooses the evaluation samples, and writes into the st
 
 - ``train_y.npy`` and ``train_x.npy`` (or, for an image folder, copies of the training images under
   ``train/`` named by position) — the training samples with their labels;
+- ``train_task.npy`` in an NI/NIC scenario — the task each training sample belongs to (its sample
+  group's task; ``-1``: none). Held-out samples carry no group: the child cannot tell which held-out
+  input belongs to which group or class;
 - ``heldout_x.npy`` — the held-out *inputs* only, in stored dtype, shuffled with a permutation drawn
   from the operating system's randomness and kept on the trusted side: neither their order nor their
   position tells the task or the class;
-- ``data.json`` — ``n_classes``, ``tasks``, the input shape and how the training inputs are stored;
+- ``data.json`` — ``n_classes``, ``tasks`` (the classes each task trains on), the input shape and how
+  the training inputs are stored;
 - ``spec.json`` — the job spec with the data paths removed and every model file (``model.weights``,
   ``model.torchscript``, checkpoints) replaced by its copy under ``models/``.
 
-The child (:func:`load_staged`) reads nothing else. The labels of the held-out samples, the selection
-and the permutation stay in :class:`Staging` on the trusted side.
+The child (:func:`load_staged`) reads nothing else. The labels (and, in NI/NIC, the cells) of the
+held-out samples, the selection and the permutation stay in :class:`Staging` on the trusted side.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Staging:
     selection: HeldoutSelection
     model_files: dict[str, Path] = field(default_factory=dict)  # staged name → the user's file
     train_files: list[Path] = field(default_factory=list)  # an image folder's training files, in order
+    cells: np.ndarray | None = None  # NI/NIC: the log's cell of each staged sample (None: its label)
 
     @property
     def n(self) -> int:
@@ -99,6 +104,7 @@ def _stage_models(
     if "path" in data:
         data["path"] = "staged"
     doc["data"] = data
+    doc["scenario"] = {**doc["scenario"], "samples": None}  # held-out positions per group: trusted side only
     return doc, files
 
 
@@ -110,8 +116,14 @@ def stage_job(
     folder: Path,
     *,
     base_dir: Path | None = None,
+    test_cell: np.ndarray | None = None,
+    train_task: np.ndarray | None = None,
 ) -> Staging:
-    """Write the child's inputs into ``folder`` (see the module docstring); returns the trusted key."""
+    """Write the child's inputs into ``folder`` (see the module docstring); returns the trusted key.
+
+    ``tasks``: the classes each task trains on. NI/NIC: ``test_cell`` is the log's cell of every test
+    sample (``selection`` is over cells; kept here), ``train_task`` the task of every training sample
+    (staged)."""
     folder.mkdir(parents=True, exist_ok=True)
     perm = np.random.default_rng(secrets.randbits(128)).permutation(len(selection.indices))
     rows = selection.indices[perm]
@@ -119,6 +131,8 @@ def stage_job(
     heldout = x_test.read(rows) if isinstance(x_test, ImageFiles) else np.ascontiguousarray(x_test[rows])
     np.save(folder / "heldout_x.npy", heldout)
     np.save(folder / "train_y.npy", np.asarray(data.y_train, dtype=np.int64))
+    if train_task is not None:
+        np.save(folder / "train_task.npy", np.asarray(train_task, dtype=np.int64))
     info: dict[str, Any] = {
         "n_classes": data.n_classes,
         "tasks": tasks,
@@ -143,7 +157,8 @@ def stage_job(
     (folder / "spec.json").write_text(json.dumps(doc), encoding="utf-8")
     train_files = list(data.x_train.paths) if isinstance(data.x_train, ImageFiles) else []
     labels = np.asarray(data.y_test)[rows].astype(np.int64)
-    return Staging(folder, labels, perm, selection, files, train_files)
+    cells = None if test_cell is None else np.asarray(test_cell)[rows].astype(np.int64)
+    return Staging(folder, labels, perm, selection, files, train_files, cells)
 
 
 @dataclass
@@ -156,6 +171,7 @@ class StagedData:
     n_classes: int
     tasks: list[list[int]]
     input_shape: tuple[int, ...]
+    train_task: np.ndarray | None = None  # NI/NIC: each training sample's task (-1: none)
 
 
 def load_staged(folder: Path) -> tuple[JobSpec, StagedData]:
@@ -176,6 +192,9 @@ def load_staged(folder: Path) -> tuple[JobSpec, StagedData]:
         n_classes=int(info["n_classes"]),
         tasks=[list(map(int, t)) for t in info["tasks"]],
         input_shape=tuple(int(s) for s in info["input_shape"]),
+        train_task=np.load(folder / "train_task.npy", allow_pickle=False)
+        if (folder / "train_task.npy").is_file()
+        else None,
     )
     spec = JobSpec.parse(json.loads((folder / "spec.json").read_text(encoding="utf-8")))
     return spec, staged

@@ -128,7 +128,14 @@ class ChildJob:
             (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else nullcontext
         )
         self.train = Samples(data.x_train, data.y_train)
-        self.task_samples = [self.train.where_label(classes) for classes in data.tasks]
+        if data.train_task is None:  # NC: a task is its classes' samples
+            self.task_samples = [self.train.where_label(classes) for classes in data.tasks]
+        else:  # NI/NIC: a task is its sample group's samples of the classes it brings
+            task_of = np.asarray(data.train_task)
+            self.task_samples = [
+                Samples(data.x_train, data.y_train, np.flatnonzero(task_of == k))
+                for k in range(len(data.tasks))
+            ]
         self.predictor = HeldoutPredictor(
             data.heldout_x,
             device=self.device,

@@ -48,7 +48,7 @@ from clgate.engine.protocol import (
     field,
     prediction_dtype,
 )
-from clgate.engine.scenario import tasks_from_spec
+from clgate.engine.scenario import Scenario, scenario_from_spec
 from clgate.engine.schedule import plan_checkpoints
 from clgate.engine.staging import Staging, stage_job
 from clgate.logfile import write_log
@@ -151,10 +151,12 @@ def kill_child(proc: subprocess.Popen[bytes]) -> None:
 
 
 class HeldoutCounter:
-    """Per-class counts from predictions in staged order, with the labels the child never saw.
+    """Per-class (per-cell) counts from predictions in staged order, with the labels the child never saw.
 
     ``labels``: the held-out label of each staged sample; ``rank``: its position in the task-ordered
-    selection (the samples of tasks ``1 … k`` are those with ``rank < ends[k - 1]``).
+    selection (the samples of tasks ``1 … k`` are those with ``rank < ends[k - 1]``); ``cells``: in an
+    NI/NIC scenario the log's cell of each staged sample (a prediction is right when it is the label,
+    and is counted in the sample's cell); ``None``: the label is the column.
 
     >>> labels, rank = np.array([1, 0, 2]), np.array([1, 0, 2])
     >>> c = HeldoutCounter(labels, rank, ends=[2, 3], totals=[[1, 1, 0], [1, 1, 1]])
@@ -163,15 +165,22 @@ class HeldoutCounter:
     """
 
     def __init__(
-        self, labels: np.ndarray, rank: np.ndarray, *, ends: list[int], totals: list[list[int]]
+        self,
+        labels: np.ndarray,
+        rank: np.ndarray,
+        *,
+        ends: list[int],
+        totals: list[list[int]],
+        cells: np.ndarray | None = None,
     ) -> None:
         self.labels, self.rank, self.ends, self.totals = labels, rank, ends, totals
+        self.columns = labels if cells is None else cells
         self.n_classes = len(totals[0])
 
     def count(self, preds: np.ndarray, *, seen_tasks: int) -> tuple[list[int], list[int]]:
         """``(correct, total)`` per class over the samples of tasks ``1 … seen_tasks``."""
         hit = (self.rank < self.ends[seen_tasks - 1]) & (preds == self.labels)
-        correct = np.bincount(self.labels[hit], minlength=self.n_classes)
+        correct = np.bincount(self.columns[hit], minlength=self.n_classes)
         return correct.tolist(), list(self.totals[seen_tasks - 1])
 
 
@@ -200,6 +209,7 @@ class _SeedLog:
         try:
             return EvaluationLog.model_validate(
                 {
+                    **self.job.scenario.log_fields(),
                     "class_names": self.job.data.class_names,
                     "tasks": self.job.tasks,
                     "points": self.points,
@@ -298,7 +308,7 @@ class _Session:
         self,
         spec: JobSpec,
         data: Dataset,
-        tasks: list[list[int]],
+        scenario: Scenario,
         staging: Staging,
         out_dir: Path,
         progress: Callable[[Progress], None] | None,
@@ -306,13 +316,17 @@ class _Session:
         digest: str,
         base_dir: Path | None,
     ) -> None:
-        self.spec, self.data, self.tasks, self.staging, self.out_dir = spec, data, tasks, staging, out_dir
+        self.spec, self.data, self.staging, self.out_dir = spec, data, staging, out_dir
+        self.scenario = scenario
+        self.tasks = scenario.cells  # the log's tasks: classes (NC) or cells (NI/NIC)
         self.progress_cb = progress
         self.digest = digest
         self.base_dir = base_dir
         self.reader = FrameReader(prediction_dtype(data.n_classes), expected_n=staging.n)
         sel = staging.selection
-        self.counter = HeldoutCounter(staging.labels, staging.rank, ends=sel.ends, totals=sel.totals)
+        self.counter = HeldoutCounter(
+            staging.labels, staging.rank, ends=sel.ends, totals=sel.totals, cells=staging.cells
+        )
         self.hello: dict[str, Any] | None = None
         self.current: _SeedLog | None = None
         self.written: list[Path] = []
@@ -480,7 +494,15 @@ class _Session:
                 "torch": _torch_version(),
                 "python": platform.python_version(),
             },
+            **self._scenario_meta(),
         }
+
+    def _scenario_meta(self) -> dict[str, Any]:
+        """NI/NIC runs: the scenario and its groups (an NC run's meta is as it always was)."""
+        scenario = self.scenario
+        if scenario.kind == "nc":
+            return {}
+        return {"scenario": {"type": scenario.kind, "groups": scenario.groups}}
 
     # ------------------------------------------------------------ the end
     def rewrite_finished(self) -> None:
@@ -649,20 +671,29 @@ def run_job(
     out_dir.mkdir(parents=True, exist_ok=True)
     base_dir = Path(base_dir) if base_dir is not None else None
     data = load_data(spec.data, base_dir)
-    tasks = tasks_from_spec(spec.scenario, data.n_classes)
-    digest = data.digest()
+    scenario = scenario_from_spec(spec.scenario, data)
+    digest = data.digest(groups=scenario.kind != "nc")
     selection = select_heldout(
-        np.asarray(data.y_test),
-        tasks=tasks,
-        n_classes=data.n_classes,
+        scenario.test_cell,
+        tasks=scenario.cells,
+        n_classes=scenario.n_cells,
         subsample_per_task=spec.evaluation.subsample_per_task,
         seed=digest,
     )
     with tempfile.TemporaryDirectory(prefix="clgate-job-", dir=work_dir) as tmp:
-        staging = stage_job(spec, data, tasks, selection, Path(tmp) / "stage", base_dir=base_dir)
+        staging = stage_job(
+            spec,
+            data,
+            scenario.classes,
+            selection,
+            Path(tmp) / "stage",
+            base_dir=base_dir,
+            test_cell=None if scenario.kind == "nc" else scenario.test_cell,
+            train_task=scenario.train_task,
+        )
         child_out = Path(tmp) / "out"
         child_out.mkdir()
-        session = _Session(spec, data, tasks, staging, out_dir, progress, digest=digest, base_dir=base_dir)
+        session = _Session(spec, data, scenario, staging, out_dir, progress, digest=digest, base_dir=base_dir)
         proc = launcher(ChildLaunch(staging.folder, child_out, threads, gpu))
         try:
             stop_asked = _pump(proc, session, should_stop, stop_grace_s)

@@ -83,12 +83,16 @@ def action_priority(
 def _rating(mapping: dict[str, int], default: int | None, stats: ClassStats) -> int | None:
     if stats.name in mapping:
         return mapping[stats.name]
+    if stats.of_class is not None and stats.of_class in mapping:  # NI/NIC: a class rates all its cells
+        return mapping[stats.of_class]
     return mapping.get(str(stats.id), default)
 
 
 def unknown_rated_classes(config: FmecaConfig, classes: Sequence[ClassStats]) -> list[str]:
     """Keys of ``severity``/``detection`` that name no class (a typo would silently use the default)."""
-    known = {c.name for c in classes} | {str(c.id) for c in classes}
+    known = (
+        {c.name for c in classes} | {str(c.id) for c in classes} | {c.of_class for c in classes if c.of_class}
+    )
     problems = []
     for field in ("severity", "detection"):
         for key in getattr(config, field):

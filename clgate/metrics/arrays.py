@@ -150,6 +150,16 @@ class LogArrays:
     r: np.ndarray
     task_accuracy: TaskAccuracy = "macro"
     class_names: list[str] = field(default_factory=list)
+    """The name of every column: the class in an NC log, ``"<class> @ <group>"`` (a cell) in NI/NIC."""
+    class_of: np.ndarray | None = None
+    """NI/NIC logs: the class id of every column (cell); ``None`` in an NC log (the identity)."""
+    new_classes: np.ndarray | None = None
+    """Classes each task brings that no earlier task brought (``task_sizes`` in an NC log)."""
+    scenario: str = "nc"
+    column_class: list[str] | None = None
+    """NI/NIC logs: the class name of every column (cell)."""
+    column_group: list[str] | None = None
+    """NI/NIC logs: the sample group of every column (cell): its task's group, or ``task k``."""
     resources: dict[str, np.ndarray] | None = None
     partial: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
@@ -234,7 +244,8 @@ class LogArrays:
                 name: np.array([getattr(r, name) for r in log.resources], dtype=float)
                 for name in ("model_params", "buffer_bytes", "train_bytes", "ops_train", "ops_pass")
             }
-        names = list(log.class_names) if log.class_names else [str(c) for c in range(n_classes)]
+        names = log.cell_names()
+        class_of = None if log.class_of is None else np.asarray(log.class_of, dtype=np.int64)
         base = cls(
             n_tasks=n_tasks,
             n_classes=n_classes,
@@ -253,6 +264,11 @@ class LogArrays:
             R=np.zeros((0, 0)),
             r=np.zeros((0, 0)),
             class_names=names,
+            class_of=class_of,
+            new_classes=_new_classes(tasks, class_of),
+            scenario=log.scenario,
+            column_class=None if class_of is None else [log.class_label(int(c)) for c in class_of],
+            column_group=None if class_of is None else [log.group_label(k) for k in log.task_of_cells()],
             resources=resources,
             partial=log.partial,
             meta=dict(log.meta),
@@ -294,8 +310,14 @@ class LogArrays:
 
     @property
     def classes_seen(self) -> np.ndarray:
-        """``C_k``: number of classes in tasks 1 … k, for every k (length K)."""
-        return np.cumsum(self.task_sizes)
+        """``C_k``: number of distinct classes in tasks 1 … k, for every k (length K) — in an NI/NIC log
+        the classes, not the cells."""
+        return np.cumsum(self.new_class_counts)
+
+    @property
+    def new_class_counts(self) -> np.ndarray:
+        """Per task, the classes it brings that no earlier task brought (their cumulative sum is ``C_k``)."""
+        return self.task_sizes if self.new_classes is None else self.new_classes
 
     @property
     def continual(self) -> bool:
@@ -307,6 +329,23 @@ class LogArrays:
         if self.correct is None or self.total is None:
             return None
         return wilson_interval(self.correct, self.total, confidence=confidence)[0]
+
+
+def _new_classes(tasks: list[np.ndarray], class_of: np.ndarray | None) -> np.ndarray:
+    """Per task, how many of its classes no earlier task brought (an NC task: all of them).
+
+    >>> _new_classes([np.array([0, 1]), np.array([2, 3])], np.array([0, 1, 0, 1])).tolist()
+    [2, 0]
+    """
+    if class_of is None:
+        return np.array([len(t) for t in tasks], dtype=np.int64)
+    seen: set[int] = set()
+    out = []
+    for t in tasks:
+        classes = set(class_of[t].tolist())
+        out.append(len(classes - seen))
+        seen |= classes
+    return np.array(out, dtype=np.int64)
 
 
 def _matrix(rows: Any, n_rows: int, n_cols: int, dtype: Any) -> np.ndarray:

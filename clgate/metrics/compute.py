@@ -20,7 +20,7 @@ from clgate.metrics import steps
 from clgate.metrics.arrays import LogArrays, TaskAccuracy, wilson_interval
 from clgate.metrics.registry import CL_CRITERIA, check_window, metric_ids, metric_info
 from clgate.schemas.evaluation_log import EvaluationLog
-from clgate.schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, RunsResult
+from clgate.schemas.metrics import Aggregate, ClassStats, MetricsResult, MetricValue, PooledClass, RunsResult
 
 LogLike = EvaluationLog | LogArrays
 
@@ -129,6 +129,7 @@ def compute_metrics(
         finished_tasks=F,
         classes=_class_stats(a, confidence, lcb_final, ctx.minima),
         class_deltas=ctx.class_deltas,
+        pooled_classes=_pooled_classes(a),
         meta=a.meta,
     )
 
@@ -208,7 +209,48 @@ def _baseline_arrays(a: LogArrays, baseline: LogLike) -> LogArrays:
         )
     if b.class_names != a.class_names:
         raise ValueError("baseline: class names differ from the log's (same classes, same ids needed)")
+    if not _same_cells(a, b):
+        raise ValueError(
+            "baseline: its scenario or class_of differs from the log's (an NI/NIC log compares only with "
+            "a log over the same cells)"
+        )
     return b
+
+
+def _pooled_classes(a: LogArrays) -> list[PooledClass] | None:
+    """NI/NIC logs: every class over its cells learned by the last task end (counts pooled); ``None`` in
+    an NC log."""
+    if a.class_of is None or a.column_class is None:
+        return None
+    F = a.finished_tasks
+    learned = a.class_task < F
+    e = int(a.task_end_idx[-1]) if F else -1
+    out = []
+    for c in range(int(a.class_of.max()) + 1):  # one record per class (output, not a hot path)
+        cells = np.flatnonzero((a.class_of == c) & learned)
+        correct: int | None = None
+        total: int | None = None
+        if a.correct is not None and a.total is not None and len(cells):
+            correct, total = int(a.correct[e, cells].sum()), int(a.total[e, cells].sum())
+        name = a.column_class[int(np.flatnonzero(a.class_of == c)[0])]
+        out.append(
+            PooledClass(
+                id=c,
+                name=name,
+                cells=[a.class_names[i] for i in cells],
+                final_accuracy=correct / total if correct is not None and total else None,
+                final_correct=correct,
+                final_total=total,
+            )
+        )
+    return out
+
+
+def _same_cells(a: LogArrays, b: LogArrays) -> bool:
+    """Whether two logs have the same scenario and map their columns to the same classes."""
+    if a.scenario != b.scenario or (a.class_of is None) != (b.class_of is None):
+        return False
+    return a.class_of is None or b.class_of is None or bool(np.array_equal(a.class_of, b.class_of))
 
 
 def _class_stats(
@@ -250,6 +292,8 @@ def _class_stats(
                 min_after_learned=float(low[c]) if has_low else None,
                 min_after_learned_iteration=int(a.iterations[low_point[c]]) if has_low else None,
                 min_after_learned_lcb=_num(low_lcb[c]) if has_low and low_lcb is not None else None,
+                of_class=a.column_class[c] if a.column_class is not None else None,
+                group=a.column_group[c] if a.column_group is not None else None,
             )
         )
     return stats
@@ -301,6 +345,10 @@ def compute_runs(
         ):
             raise ValueError(
                 f"logs[{i}]: runs of one job must share the task split; its tasks differ from logs[0]'s"
+            )
+        if not _same_cells(x, first):
+            raise ValueError(
+                f"logs[{i}]: its scenario or class_of differs from logs[0]'s (same cells needed)"
             )
     runs = [compute_metrics(x, **options) for x in arrays]
     _, w = _check_options(task_accuracy, windows, weights, epsilon, confidence)

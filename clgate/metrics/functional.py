@@ -37,6 +37,9 @@ def average_accuracy(R: np.ndarray) -> np.ndarray:
 def rescaled_average_accuracy(acc: np.ndarray, task_sizes: np.ndarray) -> np.ndarray:
     """``RAA_k = ACC_k · C_k / C_K`` — Michel et al. prop. 4.3 (``AA_k(Rand) = 1/C_k`` for any task sizes).
 
+    ``task_sizes``: the classes each task brings that no earlier task brought, so that their cumulative
+    sum is ``C_k``, the distinct classes seen (in an NI/NIC log: classes, not cells).
+
     >>> rescaled_average_accuracy(np.array([0.5, 0.25]), np.array([2, 2])).tolist()
     [0.25, 0.25]
     """
@@ -110,8 +113,13 @@ def average_forgetting(R: np.ndarray) -> np.ndarray:
 def random_forgetting(task_sizes: np.ndarray) -> np.ndarray:
     """``AF_k^rand = 1/(k-1) Σ_{j<k} (1/C_j - 1/C_k)``: a random classifier's AF (Michel et al. app. B).
 
+    ``task_sizes`` as in :func:`rescaled_average_accuracy` (new classes per task). Tasks that bring no
+    new class (NI) leave ``C_k`` unchanged; with no new class at all it is 0: chance forgets nothing.
+
     >>> random_forgetting(np.array([2, 2, 2])).round(4).tolist()
     [nan, 0.25, 0.2083]
+    >>> random_forgetting(np.array([2, 0, 0])).tolist()
+    [nan, 0.0, 0.0]
     """
     inv = 1.0 / np.cumsum(task_sizes)
     K = len(inv)
@@ -127,15 +135,22 @@ def rescaled_average_forgetting(af: np.ndarray, task_sizes: np.ndarray) -> np.nd
     """``RAF_k = (AF_k / AF_k^rand) / max_{k'∈[2,K]} (1 / AF_k'^rand)`` — Michel et al. defs. 4.1-4.2.
 
     The normaliser is over all K tasks of the scenario (known from the task sizes alone). With equal
-    task sizes this is ``β_k · AF_k`` (prop. 4.4), so ``RAF_K = AF_K``.
+    task sizes this is ``β_k · AF_k`` (prop. 4.4), so ``RAF_K = AF_K``. Where ``AF_k^rand = 0`` (no new
+    class up to task k: an NI scenario) the ratio is undefined (NaN), and the normaliser is taken over
+    the tasks where it is defined.
 
     >>> rescaled_average_forgetting(np.array([np.nan, 0.25, 0.2083]), np.array([2, 2, 2])).round(4).tolist()
     [nan, 0.2083, 0.2083]
+    >>> rescaled_average_forgetting(np.array([np.nan, 0.1, 0.2]), np.array([2, 0, 0])).tolist()
+    [nan, nan, nan]
     """
     rand = random_forgetting(task_sizes)
     out = np.full(len(rand), np.nan)
-    if len(rand) > 1:
-        out[1:] = np.asarray(af, dtype=float)[1:] / rand[1:] * np.min(rand[1:])
+    defined = rand[1:] > 1e-12  # exactly 0 up to rounding where no class is new
+    if len(rand) > 1 and defined.any():
+        scale = np.min(rand[1:][defined])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[1:] = np.where(defined, np.asarray(af, dtype=float)[1:] / rand[1:] * scale, np.nan)
     return out
 
 

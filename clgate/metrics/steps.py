@@ -201,11 +201,20 @@ def af(ctx: MetricContext) -> Outcome:
 
 
 def raa(ctx: MetricContext) -> Outcome:
-    return Outcome(fn.rescaled_average_accuracy(ctx.acc, ctx.a.task_sizes))
+    return Outcome(fn.rescaled_average_accuracy(ctx.acc, ctx.a.new_class_counts))
+
+
+NO_NEW_CLASS = (
+    "undefined while no task after the first brings a new class (NI): a random classifier forgets "
+    "nothing there, so there is no chance level to rescale by"
+)
 
 
 def raf(ctx: MetricContext) -> Outcome:
-    return Outcome(fn.rescaled_average_forgetting(ctx.af, ctx.a.task_sizes))
+    return Outcome(
+        fn.rescaled_average_forgetting(ctx.af, ctx.a.new_class_counts),
+        reason=NO_NEW_CLASS if ctx.a.finished_tasks > 1 else None,
+    )
 
 
 # ----------------------------------------------------------------------------------- Díaz-Rodríguez et al.

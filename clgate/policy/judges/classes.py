@@ -37,11 +37,17 @@ def _select_classes(rule: ClassRule, classes: Sequence[ClassStats]) -> list[int]
     if rule.classes == "*":
         return list(range(len(classes)))
     by_name = {c.name: i for i, c in enumerate(classes)}
+    cells_of: dict[str, list[int]] = {}  # NI/NIC: a class's name picks every cell of it
+    for i, stats in enumerate(classes):
+        if stats.of_class is not None:
+            cells_of.setdefault(stats.of_class, []).append(i)
     picked: list[int] = []
     unknown: list[str] = []
     for ref in rule.classes:
         if isinstance(ref, str) and ref in by_name:
             picked.append(by_name[ref])
+        elif isinstance(ref, str) and ref in cells_of:
+            picked.extend(cells_of[ref])
         elif isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
             c = int(ref)
             if 0 <= c < len(classes):
