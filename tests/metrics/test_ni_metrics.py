@@ -130,6 +130,18 @@ def test_a_class_rule_and_an_fmeca_rating_by_class_name_cover_every_cell():
     assert (stats[2].of_class, stats[2].group) == ("cat", "night") and stats[0].of_class == "cat"
 
 
+def test_a_bare_number_in_a_class_rule_of_an_ni_log_is_refused_not_read_as_a_cell():
+    from clgate.policy import decide, parse_policy
+
+    log = EvaluationLog.parse(_worked())
+    by_number = parse_policy({"name": "n", "rules": [{"classes": [0], "at": "final", "floor": 0.1}]})
+    d = decide([log], by_number)
+    assert d.verdict == "ERROR"
+    assert "named, not numbered" in d.rules[0].message
+    by_name = parse_policy({"name": "n", "rules": [{"classes": ["cat"], "at": "final", "floor": 0.1}]})
+    assert decide([log], by_name).verdict == "PASS"
+
+
 @pytest.mark.parametrize("suffix", [".json", ".jsonl", ".npz"])
 def test_every_log_file_form_keeps_the_cells(tmp_path, suffix):
     from clgate.logfile import read_log, write_log

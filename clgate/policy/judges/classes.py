@@ -41,6 +41,12 @@ def _select_classes(rule: ClassRule, classes: Sequence[ClassStats]) -> list[int]
     for i, stats in enumerate(classes):
         if stats.of_class is not None:
             cells_of.setdefault(stats.of_class, []).append(i)
+    if cells_of and any(isinstance(ref, int) for ref in rule.classes):
+        # a number would be a cell's position, which nobody means: name the class ('3', 'cat') or the cell
+        raise RuleError(
+            "an NI/NIC log's classes are named, not numbered: write the class's name in quotes "
+            "(e.g. '3' or 'cat': every cell of it) or a cell's name (e.g. 'cat @ task 2')"
+        )
     picked: list[int] = []
     unknown: list[str] = []
     for ref in rule.classes:
