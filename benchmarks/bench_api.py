@@ -66,6 +66,32 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by ``pid`` and its descendants (Linux /proc; NaN elsewhere):
+    the server's cost per request, which other work on a shared machine does not inflate as it does
+    latency."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parents = {}
+        times = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parents[int(entry.name)] = int(fields[1])
+                times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    except OSError:
+        return float("nan")
+    tree, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
 def _wait_ready(proc: subprocess.Popen, url: str, log: Path) -> None:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
@@ -341,6 +367,7 @@ def by_processes(tmp: Path, args, levels: list[int], pool) -> dict:
                 c.close()
                 for n in levels:
                     for kind, share in (("reads", 0.0), ("submissions", 1.0)):
+                        before = cpu_seconds(proc.pid)
                         results[(procs, n, kind)] = load(
                             url,
                             clients=n,
@@ -352,6 +379,7 @@ def by_processes(tmp: Path, args, levels: list[int], pool) -> dict:
                             pool=pool,
                             generators=args.generators,
                         )
+                        results[(procs, n, kind)]["cpu"] = cpu_seconds(proc.pid) - before
                         print(f"  done: {procs} API process(es), {n} clients, {kind}", flush=True)
             finally:
                 stop(proc)
@@ -364,7 +392,7 @@ def print_levels(results: dict) -> None:
     ms = 1000.0
     print(
         f"{'API procs':>9} {'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>7}"
+        f"{'p99 ms':>8} {'errors':>7} {'server CPU ms/req':>17}"
     )
     rate = {}
     for (procs, n, kind), result in results.items():
@@ -372,7 +400,8 @@ def print_levels(results: dict) -> None:
         rate[(procs, n, kind)] = len(times) / result["elapsed"]
         print(
             f"{procs:>9} {n:>8} {kind:<12} {len(times):>8} {rate[(procs, n, kind)]:>8.1f} "
-            f"{pct(times, 0.5) * ms:>8.1f} {pct(times, 0.99) * ms:>8.1f} {len(result['errors']):>7}"
+            f"{pct(times, 0.5) * ms:>8.1f} {pct(times, 0.99) * ms:>8.1f} {len(result['errors']):>7} "
+            f"{result['cpu'] / max(1, len(times)) * ms:>17.2f}"
             + (f"  e.g. {result['errors'][0]}" if result["errors"] else "")
         )
     for procs in sorted({k[0] for k in results}):
