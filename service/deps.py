@@ -7,7 +7,7 @@ routes hand it to the store's queries (:func:`scope`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
@@ -91,7 +91,7 @@ def current_key(
     return record
 
 
-def require(role: Role) -> Callable[[ApiKey], ApiKey]:
+def require(role: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
     async def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
         if not has_role(key, role):
             raise ApiError(403, f"this action needs the {role.name} role (the key {key.id} has {key.role})")

@@ -34,6 +34,8 @@ class AdmissionLimit:
     retrying, unfairly (a newcomer often wins), so under a burst of submissions some wait past the busy
     timeout and fail (503 "database is locked"). Writers queued here wait in arrival order instead
     (asyncio's semaphore is fair), holding neither a thread nor a connection, and reads pass them by.
+    Only a request whose body is already read takes a write slot (see :func:`_writes`), so a client that
+    sends its body slowly never holds one.
     """
 
     def __init__(self, app: ASGIApp, *, limit: int, write_limit: int | None = None) -> None:
@@ -52,7 +54,7 @@ class AdmissionLimit:
         if self._semaphore is None or self._writers is None:
             self._semaphore = asyncio.Semaphore(self.limit)
             self._writers = asyncio.Semaphore(self.write_limit)
-        writes = scope.get("method") not in READING and not scope.get("path", "").startswith(UPLOADS)
+        writes = _writes(scope)
         self.waiting += 1
         try:
             if writes:
@@ -73,6 +75,17 @@ class AdmissionLimit:
             self._semaphore.release()
             if writes:
                 self._writers.release()
+
+
+def _writes(scope: Scope) -> bool:
+    """Whether a request takes a write slot: a writing method on a route other than an upload, with a
+    JSON body (read whole by :class:`RequestGuard`, the middleware outside this one) or none at all."""
+    if scope.get("method") in READING or scope.get("path", "").startswith(UPLOADS):
+        return False
+    headers = dict(scope.get("headers", []))
+    json_body = headers.get(b"content-type", b"").split(b";")[0].strip().endswith(b"json")
+    no_body = headers.get(b"content-length", b"0") == b"0" and b"transfer-encoding" not in headers
+    return json_body or no_body
 
 
 class RequestGuard:

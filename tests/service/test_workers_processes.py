@@ -185,3 +185,48 @@ def test_embedded_mode_refuses_several_processes(tmp_path):
     )
     assert r.returncode == 2, r.stderr
     assert "--workers > 1 needs CLGATE_BROKER_URL" in r.stderr and "Traceback" not in r.stderr
+
+
+def _http(method: str, path: str, headers: list[tuple[bytes, bytes]] | None = None) -> dict:
+    return {"type": "http", "method": method, "path": path, "headers": headers or []}
+
+
+def test_writers_take_turns_in_arrival_order_and_reads_pass_them_by():
+    """AdmissionLimit with one write slot: JSON submissions run one at a time, first come first served;
+    a read and an upload do not wait for them; a body not yet read (not JSON) takes no write slot."""
+    import asyncio
+
+    from clgate.service.limits import AdmissionLimit, _writes
+
+    json_post = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+    assert _writes(_http("POST", "/v1/jobs", json_post))
+    assert _writes(_http("DELETE", "/v1/keys/abc"))  # no body
+    assert not _writes(_http("GET", "/v1/jobs/abc"))
+    assert not _writes(_http("POST", "/v1/artifacts", [(b"content-length", b"9")]))
+    assert not _writes(
+        _http("POST", "/v1/jobs", [(b"content-type", b"text/plain"), (b"content-length", b"9")])
+    )
+
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):
+        order.append(f"start {scope['path']}")
+        if scope["method"] == "POST":
+            await release.wait()
+        order.append(f"end {scope['path']}")
+
+    async def scenario() -> None:
+        limit = AdmissionLimit(app, limit=8, write_limit=1)
+        writes = []
+        for i in range(3):
+            writes.append(asyncio.create_task(limit(_http("POST", f"/w{i}", json_post), None, None)))
+            await asyncio.sleep(0)  # arrival order w0, w1, w2
+        await asyncio.sleep(0.01)
+        await limit(_http("GET", "/r"), None, None)  # passes while w0 holds the only write slot
+        assert order == ["start /w0", "start /r", "end /r"]
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*writes), 5)
+
+    asyncio.run(scenario())
+    assert order[3:] == ["end /w0", "start /w1", "end /w1", "start /w2", "end /w2"]
