@@ -1,5 +1,6 @@
-"""`clgate serve --workers 2`: two API processes on one address, one SQLite store, Celery mode (a real
-redis-server; no Celery worker, so submitted jobs stay queued and only the API is under test).
+"""`clgate serve --workers 2`: two API processes on one address, one store (SQLite, then a real PostgreSQL
+server), Celery mode (a real redis-server; no Celery worker, so submitted jobs stay queued and only the
+API is under test).
 
 Each HTTP connection is held by one process; the test finds which one (the server side of the
 connection's socket, in /proc) and talks to each process on purpose: a submission through one is read
@@ -78,11 +79,15 @@ class Conn:
         return response.status, json.loads(data) if ctype.startswith("application/json") else data
 
 
-@pytest.fixture
-def two_processes(tmp_path, redis_url):
-    """`clgate serve --workers 2` on a fresh store: (its Proc, port, the two API process ids)."""
+@pytest.fixture(params=["sqlite", "postgresql"])
+def two_processes(request, tmp_path, redis_url):
+    """`clgate serve --workers 2` on a fresh store (a SQLite file, or a real PostgreSQL server): its Proc
+    and port."""
     port = free_port()
-    env = base_env(tmp_path / "data", CLGATE_BROKER_URL=redis_url)
+    extra = {"CLGATE_BROKER_URL": redis_url}
+    if request.param == "postgresql":
+        extra["CLGATE_DATABASE_URL"] = request.getfixturevalue("postgres_url")
+    env = base_env(tmp_path / "data", **extra)
     argv = [sys.executable, "-m", "clgate", "serve", "--port", str(port), "--workers", "2"]
     proc = Proc([*argv, "--log-level", "warning", "--no-access-log"], env, tmp_path / "serve.log")
     try:
