@@ -1,11 +1,14 @@
-"""Benchmark of the clgate service on loopback (embedded mode, SQLite): API throughput and latency,
-and the service's overhead on one digits job against running the same job directly.
+"""Benchmark of the clgate service on loopback (SQLite): API throughput and latency with 1 and 2 API
+processes, and the service's overhead on one digits job against running the same job directly.
 
     .venv/bin/python benchmarks/bench_api.py [--clients 8] [--seconds 10] [--max-requests 5000]
-        [--levels 8,64,200] [--skip-digits]
+        [--levels 8,64,200] [--processes 1,2] [--generators 2] [--skip-digits] [--skip-single]
 
-0. At 8, 64 and 200 concurrent clients (``--levels``): reads only (GET /v1/jobs/{id}), then metrics-only
-   submissions only (POST /v1/jobs): requests/s, p50, p99 and errors per level (goal: zero errors).
+0. ``clgate serve --workers N`` (Celery mode: a redis-server started here, no Celery worker, so the
+   submitted jobs stay queued and only the API is measured) for N in ``--processes``; at 8, 64 and 200
+   concurrent clients (``--levels``): reads only (GET /v1/jobs/{id}), then metrics-only submissions only
+   (POST /v1/jobs): requests/s, p50, p99 and errors per level. Goals: read p99 < 50 ms at 8 clients,
+   throughput at 200 clients not below that at 64, zero errors. Skipped without redis-server.
 
 1. N concurrent clients for a bounded time (and a bounded number of requests), twice: reading job
    status only (GET /v1/jobs/{id}), then 90 % reads and 10 % metrics-only submissions (POST
@@ -17,6 +20,8 @@ and the service's overhead on one digits job against running the same job direct
    same gate, in a fresh process) and `clgate run` (the engine alone). Each is run twice, alternating;
    the ratios use the medians. Each job runs in a fresh confined child process (the job sandbox), so
    the fair comparison is `clgate gate --job`; goal: service / `clgate gate --job` ≤ 1.05.
+The clients run in ``--generators`` load-generator processes of their own (asyncio, one connection per
+client), never as threads in the server's interpreter; they share the machine's cores with the server.
 All ratios come from this one run. Loopback only; every loop is bounded in count and in time.
 """
 
@@ -27,12 +32,12 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -61,42 +66,112 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
-def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
-    env.update(CLGATE_DATA_DIR=str(data_dir), CLGATE_BOOTSTRAP_ADMIN_KEY=ADMIN_KEY, PYTHONUNBUFFERED="1")
-    with open(data_dir.parent / "api.log", "wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "--factory",
-                "clgate.service.app:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-                "--no-access-log",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by ``pid`` and its descendants (Linux /proc; NaN elsewhere):
+    the server's cost per request, which other work on a shared machine does not inflate as it does
+    latency."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        parents = {}
+        times = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                parents[int(entry.name)] = int(fields[1])
+                times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    except OSError:
+        return float("nan")
+    tree, grew = {pid}, True
+    while grew:
+        more = {child for child, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("API did not start:\n" + (data_dir.parent / "api.log").read_text()[-2000:])
+    raise RuntimeError("API did not start:\n" + log.read_text()[-2000:])
+
+
+def _spawn(argv: list[str], data_dir: Path, log: Path, **env_extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
+    env.update(
+        CLGATE_DATA_DIR=str(data_dir), CLGATE_BOOTSTRAP_ADMIN_KEY=ADMIN_KEY, PYTHONUNBUFFERED="1", **env_extra
+    )
+    with open(log, "wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=out, start_new_session=True
+        )
+
+
+def start_api(data_dir: Path) -> tuple[subprocess.Popen, str]:
+    """The API in embedded mode (one process, jobs run beside it), under uvicorn directly."""
+    port = free_port()
+    log = data_dir.parent / "api.log"
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "clgate.service.app:create_app"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    proc = _spawn(argv, data_dir, log)
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, url, log)
+    return proc, url
+
+
+def start_serve(data_dir: Path, *, processes: int, broker_url: str) -> tuple[subprocess.Popen, str]:
+    """``clgate serve --workers processes`` in Celery mode (``broker_url``) on a SQLite store."""
+    port = free_port()
+    log = data_dir.parent / f"serve-{processes}.log"
+    argv = [sys.executable, "-m", "clgate", "serve", "--port", str(port), "--workers", str(processes)]
+    argv += ["--log-level", "warning", "--no-access-log"]
+    proc = _spawn(argv, data_dir, log, CLGATE_BROKER_URL=broker_url)
+    url = f"http://127.0.0.1:{port}"
+    _wait_ready(proc, url, log)
+    return proc, url
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen, str] | None:
+    """A redis-server on a free loopback port without persistence, or None when none is installed."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        return None
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen(argv, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return proc, f"redis://127.0.0.1:{port}/0"
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("redis-server did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group (``clgate serve`` and its API processes), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig) if sig == signal.SIGKILL else proc.send_signal(sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def wait_job(client: httpx.Client, job_id: str, timeout: float = 600) -> dict:
@@ -109,6 +184,79 @@ def wait_job(client: httpx.Client, job_id: str, timeout: float = 600) -> dict:
     raise TimeoutError(job_id)
 
 
+def _request(rng: random.Random, job_ids: list[str], log_ref: str, write_share: float):
+    """(is a write, method, path, JSON body) of one request of the mix."""
+    if rng.random() < write_share:
+        body = {
+            "mode": "metrics",
+            "model_name": "bench",
+            "logs": [log_ref],
+            "policy": {"name": "digits-release", "version": "1"},
+            "baseline": "none",
+        }
+        return True, "POST", "/v1/jobs", body
+    return False, "GET", f"/v1/jobs/{rng.choice(job_ids)}", None
+
+
+async def _generate(
+    url: str,
+    clients: int,
+    start_at: float,
+    seconds: float,
+    budget: int,
+    job_ids: list[str],
+    log_ref: str,
+    write_share: float,
+    seed: int,
+) -> dict:
+    """``clients`` concurrent clients (one connection each), each connected first; they start together at
+    ``start_at`` (wall clock, shared by the generator processes) or, when connecting took longer, once all
+    of this process's are connected, and run for ``seconds`` or ``budget`` requests, whichever ends first."""
+    import asyncio
+
+    reads: list[float] = []
+    writes: list[float] = []
+    errors: list[str] = []
+    left = [budget]
+    connected = 0
+    go = asyncio.Event()
+    window: list[float] = []
+
+    async def client_loop(i: int) -> None:
+        nonlocal connected
+        rng = random.Random(seed * 100_003 + i)
+        async with httpx.AsyncClient(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=60) as c:
+            await c.get("/healthz")  # the connection is open before the clock starts
+            connected += 1
+            if connected == clients:
+                await asyncio.sleep(max(0.0, start_at - time.time()))
+                window.extend([time.time(), time.time() + seconds])
+                go.set()
+            await go.wait()
+            while time.time() < window[1] and left[0] > 0:
+                left[0] -= 1
+                write, method, path, body = _request(rng, job_ids, log_ref, write_share)
+                t0 = time.perf_counter()
+                try:
+                    r = await c.request(method, path, json=body)
+                    ok, detail = r.status_code in (200, 202), f"{r.status_code} {r.text[:100]}"
+                except httpx.HTTPError as exc:
+                    ok, detail = False, repr(exc)
+                (writes if write else reads).append(time.perf_counter() - t0)
+                if not ok:
+                    errors.append(detail)
+
+    await asyncio.gather(*(client_loop(i) for i in range(clients)))
+    return {"reads": reads, "writes": writes, "errors": errors, "begin": window[0], "end": time.time()}
+
+
+def _generator(args: tuple) -> dict:
+    """One load-generator process's share of a phase (runs in a process of the pool, not the server's)."""
+    import asyncio
+
+    return asyncio.run(_generate(*args))
+
+
 def load(
     url: str,
     *,
@@ -118,52 +266,25 @@ def load(
     job_ids: list[str],
     log_ref: str,
     write_share: float,
+    pool,
+    generators: int,
 ) -> dict:
-    reads: list[float] = []
-    writes: list[float] = []
-    errors: list[str] = []
-    budget = threading.Semaphore(max_requests)
-    stop_at = time.monotonic() + seconds
-    lock = threading.Lock()
-
-    def client_loop(seed: int) -> None:
-        rng = random.Random(seed)
-        with httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=60) as c:
-            while time.monotonic() < stop_at and budget.acquire(blocking=False):
-                write = rng.random() < write_share
-                t0 = time.perf_counter()
-                try:
-                    if write:
-                        r = c.post(
-                            "/v1/jobs",
-                            json={
-                                "mode": "metrics",
-                                "model_name": "bench",
-                                "logs": [log_ref],
-                                "policy": {"name": "digits-release", "version": "1"},
-                                "baseline": "none",
-                            },
-                        )
-                    else:
-                        r = c.get(f"/v1/jobs/{rng.choice(job_ids)}")
-                    ok = r.status_code in (200, 202)
-                    detail = f"{r.status_code} {r.text[:100]}"
-                except httpx.HTTPError as exc:
-                    ok, detail = False, repr(exc)
-                dt = time.perf_counter() - t0
-                with lock:
-                    (writes if write else reads).append(dt)
-                    if not ok:
-                        errors.append(detail)
-
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=seconds + 30)
-    elapsed = time.perf_counter() - t0
-    return {"reads": reads, "writes": writes, "errors": errors, "elapsed": elapsed}
+    """One phase: ``clients`` spread over ``generators`` processes of ``pool``; latencies, errors, and the
+    elapsed time from the common start to the last generator's end."""
+    n = max(1, min(generators, clients))
+    share = [clients // n + (1 if i < clients % n else 0) for i in range(n)]
+    start_at = time.time() + 1.0 + 0.01 * clients  # time for every client to connect first
+    work = [
+        (url, k, start_at, seconds, max(1, max_requests * k // clients), job_ids, log_ref, write_share, i)
+        for i, k in enumerate(share)
+    ]
+    parts = pool.map_async(_generator, work).get(timeout=seconds + 300)
+    return {
+        "reads": [t for p in parts for t in p["reads"]],
+        "writes": [t for p in parts for t in p["writes"]],
+        "errors": [e for p in parts for e in p["errors"]],
+        "elapsed": max(p["end"] for p in parts) - min(p["begin"] for p in parts),
+    }
 
 
 def direct_run(spec_path: Path, out: Path, *, gate: bool) -> float:
@@ -209,6 +330,99 @@ def direct_in_process(spec: dict, out: Path) -> float:
     return time.perf_counter() - t0
 
 
+METRICS_JOB = {
+    "mode": "metrics",
+    "model_name": "bench",
+    "policy": {"name": "digits-release", "version": "1"},
+    "baseline": "none",
+}
+
+
+def prepare(url: str) -> tuple[httpx.Client, str]:
+    """An admin client of the API at ``url``, with the benchmark's policy stored and its log uploaded."""
+    import yaml
+
+    c = httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=30)
+    c.post("/v1/policies", json=yaml.safe_load(POLICY.read_text())).raise_for_status()
+    log_ref = c.post("/v1/artifacts", params={"kind": "log"}, content=LOG.read_bytes()).json()["ref"]
+    return c, log_ref
+
+
+def by_processes(tmp: Path, args, levels: list[int], pool) -> dict:
+    """Section 0: reads only, then submissions only, at each level, for each number of API processes."""
+    redis = start_redis(tmp / "redis")
+    if redis is None:
+        print("no redis-server: the 1- and 2-process comparison (Celery mode) is skipped", flush=True)
+        return {}
+    results = {}
+    try:
+        for procs in [int(n) for n in args.processes.split(",") if n.strip()]:
+            (tmp / f"serve-{procs}").mkdir()
+            proc, url = start_serve(tmp / f"serve-{procs}" / "data", processes=procs, broker_url=redis[1])
+            try:
+                c, log_ref = prepare(url)
+                for _ in range(5):  # jobs to read (queued: no Celery worker runs here)
+                    c.post("/v1/jobs", json={**METRICS_JOB, "logs": [log_ref]}).raise_for_status()
+                job_ids = [j["id"] for j in c.get("/v1/jobs").json()["data"]]
+                c.close()
+                for n in levels:
+                    for kind, share in (("reads", 0.0), ("submissions", 1.0)):
+                        before = cpu_seconds(proc.pid)
+                        results[(procs, n, kind)] = load(
+                            url,
+                            clients=n,
+                            seconds=args.seconds,
+                            max_requests=args.max_requests,
+                            job_ids=job_ids,
+                            log_ref=log_ref,
+                            write_share=share,
+                            pool=pool,
+                            generators=args.generators,
+                        )
+                        results[(procs, n, kind)]["cpu"] = cpu_seconds(proc.pid) - before
+                        print(f"  done: {procs} API process(es), {n} clients, {kind}", flush=True)
+            finally:
+                stop(proc)
+    finally:
+        stop(redis[0])
+    return results
+
+
+def print_levels(results: dict) -> None:
+    ms = 1000.0
+    print(
+        f"{'API procs':>9} {'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>7} {'server CPU ms/req':>17}"
+    )
+    rate = {}
+    for (procs, n, kind), result in results.items():
+        times = result["reads"] + result["writes"]
+        rate[(procs, n, kind)] = len(times) / result["elapsed"]
+        print(
+            f"{procs:>9} {n:>8} {kind:<12} {len(times):>8} {rate[(procs, n, kind)]:>8.1f} "
+            f"{pct(times, 0.5) * ms:>8.1f} {pct(times, 0.99) * ms:>8.1f} {len(result['errors']):>7} "
+            f"{result['cpu'] / max(1, len(times)) * ms:>17.2f}"
+            + (f"  e.g. {result['errors'][0]}" if result["errors"] else "")
+        )
+    for procs in sorted({k[0] for k in results}):
+        eight = results.get((procs, 8, "reads"))
+        if eight is not None:
+            p99 = pct(eight["reads"], 0.99) * ms
+            print(f"{procs} API process(es): read p99 at 8 clients {p99:.1f} ms (goal < 50 ms)")
+        for kind in ("reads", "submissions"):
+            if (procs, 64, kind) in rate and (procs, 200, kind) in rate:
+                ratio = rate[(procs, 200, kind)] / rate[(procs, 64, kind)]
+                print(f"{procs} API process(es): {kind} req/s at 200 / at 64 clients {ratio:.3f} (goal >= 1)")
+        errors = sum(len(r["errors"]) for k, r in results.items() if k[0] == procs)
+        print(f"{procs} API process(es): errors {errors} (goal 0)")
+    procs = sorted({k[0] for k in results})
+    if len(procs) > 1:
+        for n in sorted({k[1] for k in results}):
+            if rate.get((procs[0], n, "reads")) and (procs[-1], n, "reads") in rate:
+                ratio = rate[(procs[-1], n, "reads")] / rate[(procs[0], n, "reads")]
+                print(f"reads req/s, {procs[-1]} / {procs[0]} API processes at {n} clients: {ratio:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=8)
@@ -221,23 +435,45 @@ def main() -> None:
         help="concurrent clients of the reads-only and submissions-only phases",
     )
     parser.add_argument(
+        "--processes", default="1,2", help="API processes (clgate serve --workers) to compare"
+    )
+    parser.add_argument("--generators", type=int, default=2, help="load-generator processes")
+    parser.add_argument(
         "--skip-digits", action="store_true", help="only the load phases (no digits job timing)"
+    )
+    parser.add_argument(
+        "--skip-embedded",
+        action="store_true",
+        help="only section 0 (no embedded-mode load phase, no digits job)",
     )
     args = parser.parse_args()
     levels = [int(n) for n in args.levels.split(",") if n.strip()]
-
-    import yaml
+    import multiprocessing
 
     tmp = Path(tempfile.mkdtemp(prefix="clgate-bench-"))
+    try:
+        with multiprocessing.get_context("spawn").Pool(args.generators) as pool:
+            by_level = by_processes(tmp, args, levels, pool)
+            if not args.skip_embedded:
+                embedded(tmp, args, pool)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if by_level:
+        print()
+        print_levels(by_level)
+
+
+def embedded(tmp: Path, args, pool) -> None:
+    """Sections 1 and 2: the embedded mode's mixed load, and the digits job against the direct commands."""
+    import yaml
+
     spec = yaml.safe_load(JOB.read_text())
     spec.update({k: ({**spec.get(k, {}), **v} if isinstance(v, dict) else v) for k, v in OVERRIDES.items()})
     spec_path = tmp / "job.json"
     spec_path.write_text(json.dumps(spec))
     proc, url = start_api(tmp / "data")
     try:
-        c = httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=30)
-        c.post("/v1/policies", json=yaml.safe_load(POLICY.read_text())).raise_for_status()
-        log_ref = c.post("/v1/artifacts", params={"kind": "log"}, content=LOG.read_bytes()).json()["ref"]
+        c, log_ref = prepare(url)
 
         # ---- the service's overhead on one digits job, alternating with the direct command
         service_s, inside_s, direct_s, run_s, lib_s = [], [], [], [], []
@@ -295,20 +531,6 @@ def main() -> None:
             )
         job_ids = [j["id"] for j in c.get("/v1/jobs").json()["data"]]
 
-        # ---- concurrency levels: reads only, then submissions only, at each level
-        by_level = {}
-        for n in levels:
-            for kind, share in (("reads", 0.0), ("submissions", 1.0)):
-                by_level[(n, kind)] = load(
-                    url,
-                    clients=n,
-                    seconds=args.seconds,
-                    max_requests=min(args.max_requests, 5 * n if share else 20 * n),
-                    job_ids=job_ids,
-                    log_ref=log_ref,
-                    write_share=share,
-                )
-
         # ---- load: status reads only, then reads with 10 % metrics-only submissions (which then run)
         phases = {
             name: load(
@@ -319,30 +541,17 @@ def main() -> None:
                 job_ids=job_ids,
                 log_ref=log_ref,
                 write_share=share,
+                pool=pool,
+                generators=args.generators,
             )
             for name, share in (("reads only", 0.0), ("90 % reads, 10 % submissions", 0.1))
         }
         queued = c.get("/v1/jobs", params={"mode": "metrics", "limit": 1}).json()["count"]
         c.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(proc)
 
     ms = 1000.0
-    print(
-        f"{'clients':>8} {'kind':<12} {'requests':>8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
-    )
-    for (n, kind), result in by_level.items():
-        times = result["reads"] + result["writes"]
-        print(
-            f"{n:>8} {kind:<12} {len(times):>8} {len(times) / result['elapsed']:>8.1f} "
-            f"{pct(times, 0.5) * ms:>8.1f} {pct(times, 0.99) * ms:>8.1f} {len(result['errors']):>7}"
-            + (f"  e.g. {result['errors'][0]}" if result["errors"] else "")
-        )
     for name, result in phases.items():
         reads, writes, errors = result["reads"], result["writes"], result["errors"]
         total = len(reads) + len(writes)

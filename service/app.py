@@ -65,6 +65,7 @@ def _lifespan(settings: Settings):
         app.state.registry = api_registry(
             sessions,
             store_metrics=settings.embedded,
+            process_metrics=settings.api_processes == 1,
             queue_lengths=app.state.dispatcher.queue_lengths,
             worst_classes=settings.worst_classes,
             worker_stale_s=settings.worker_stale_s,
@@ -131,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
-    app.add_middleware(AdmissionLimit, limit=settings.api_concurrency)
+    app.add_middleware(AdmissionLimit, limit=settings.api_concurrency, write_limit=settings.write_concurrency)
     app.add_middleware(
         RequestGuard, max_json_bytes=settings.max_json_bytes, max_json_depth=settings.max_json_depth
     )

@@ -7,10 +7,11 @@ routes hand it to the store's queries (:func:`scope`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request, Security
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
@@ -37,20 +38,29 @@ __all__ = [
 ]
 
 
-def get_settings(request: Request) -> Settings:
+# Dependencies that do no blocking I/O are ``async def``: FastAPI runs a plain ``def`` dependency in the
+# thread pool, one hop (and a wait for a thread under load) per dependency per request.
+
+
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_db(request: Request) -> Iterator[Session]:
-    with request.app.state.sessions() as session:
+async def get_db(request: Request) -> AsyncIterator[Session]:
+    """A session per request. Making it does no I/O (its first query takes a connection, in the route's
+    thread); closing it returns the connection, so that runs in the thread pool."""
+    session = request.app.state.sessions()
+    try:
         yield session
+    finally:
+        await run_in_threadpool(session.close)
 
 
-def get_store(request: Request) -> ArtifactStore:
+async def get_store(request: Request) -> ArtifactStore:
     return request.app.state.store
 
 
-def get_dispatcher(request: Request) -> Dispatcher:
+async def get_dispatcher(request: Request) -> Dispatcher:
     return request.app.state.dispatcher
 
 
@@ -81,8 +91,8 @@ def current_key(
     return record
 
 
-def require(role: Role) -> Callable[[ApiKey], ApiKey]:
-    def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
+def require(role: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
+    async def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
         if not has_role(key, role):
             raise ApiError(403, f"this action needs the {role.name} role (the key {key.id} has {key.role})")
         return key

@@ -22,25 +22,49 @@ EXEMPT = frozenset({"/healthz", "/readyz"})
 MAX_SKIP = 2**31 - 1
 
 
-class AdmissionLimit:
-    """Pure ASGI middleware: a semaphore around every HTTP request except the health probes."""
+READING = frozenset({"GET", "HEAD", "OPTIONS"})
+UPLOADS = "/v1/artifacts"  # streamed bodies: their database write is one short insert at the end
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+
+class AdmissionLimit:
+    """Pure ASGI middleware: a semaphore around every HTTP request except the health probes, and a second,
+    smaller one that writing requests take first (``write_limit``).
+
+    Why the second: SQLite takes one writer at a time, and the others wait on its lock by sleeping and
+    retrying, unfairly (a newcomer often wins), so under a burst of submissions some wait past the busy
+    timeout and fail (503 "database is locked"). Writers queued here wait in arrival order instead
+    (asyncio's semaphore is fair), holding neither a thread nor a connection, and reads pass them by.
+    Only a request whose body is already read takes a write slot (see :func:`_writes`), so a client that
+    sends its body slowly never holds one.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int, write_limit: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.write_limit = write_limit or limit
         self.active = 0
         self.waiting = 0
         self._semaphore: asyncio.Semaphore | None = None
+        self._writers: asyncio.Semaphore | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("path") in EXEMPT:
             await self.app(scope, receive, send)
             return
-        if self._semaphore is None:
+        if self._semaphore is None or self._writers is None:
             self._semaphore = asyncio.Semaphore(self.limit)
+            self._writers = asyncio.Semaphore(self.write_limit)
+        writes = _writes(scope)
         self.waiting += 1
         try:
-            await self._semaphore.acquire()
+            if writes:
+                await self._writers.acquire()
+            try:
+                await self._semaphore.acquire()
+            except BaseException:
+                if writes:
+                    self._writers.release()
+                raise
         finally:
             self.waiting -= 1
         self.active += 1
@@ -49,6 +73,19 @@ class AdmissionLimit:
         finally:
             self.active -= 1
             self._semaphore.release()
+            if writes:
+                self._writers.release()
+
+
+def _writes(scope: Scope) -> bool:
+    """Whether a request takes a write slot: a writing method on a route other than an upload, with a
+    JSON body (read whole by :class:`RequestGuard`, the middleware outside this one) or none at all."""
+    if scope.get("method") in READING or scope.get("path", "").startswith(UPLOADS):
+        return False
+    headers = dict(scope.get("headers", []))
+    json_body = headers.get(b"content-type", b"").split(b";")[0].strip().endswith(b"json")
+    no_body = headers.get(b"content-length", b"0") == b"0" and b"transfer-encoding" not in headers
+    return json_body or no_body
 
 
 class RequestGuard:

@@ -271,11 +271,17 @@ def api_registry(
     queue_lengths: Callable[[], dict[str, int]],
     worst_classes: int = 3,
     worker_stale_s: float = 60.0,
+    process_metrics: bool = True,
 ) -> CollectorRegistry:
-    """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode)."""
+    """The API's ``/metrics``: per-process series, plus the store's when ``store_metrics`` (embedded mode).
+
+    ``process_metrics=False`` (several API processes behind one address, ``clgate serve --workers N``):
+    no ``process_*`` series, since a scrape reaches whichever process accepts it and they would jump
+    between processes; ``clgate_api_info`` is the same in each, so every scrape gives the same series."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ApiInfoCollector(__version__, store_metrics))
-    ProcessCollector(registry=registry)
+    if process_metrics:
+        ProcessCollector(registry=registry)
     if store_metrics:
         registry.register(
             StoreCollector(

@@ -55,9 +55,23 @@ def extra_requirements(extra: str) -> list[str]:
         requirement_part, _, marker = requirement.partition(";")
         found = _EXTRA_MARKER.search(marker)
         match = _NAME.match(requirement_part.strip())
-        if found and found.group(1) == extra and match and match.group(0) != "clgate":
+        wanted = found is not None and found.group(1) == extra and _holds(marker, extra)
+        if wanted and match and match.group(0) != "clgate":
             names.append(match.group(0))
     return names
+
+
+def _holds(marker: str, extra: str) -> bool:
+    """Whether a requirement's environment marker holds on this machine for ``extra`` (uvloop, in the
+    service extra, is not for Windows: a Windows install without it is complete)."""
+    try:
+        from packaging.markers import InvalidMarker, Marker
+    except ImportError:  # packaging comes with pip and matplotlib; without it, count the requirement
+        return True
+    try:
+        return Marker(marker.strip()).evaluate({"extra": extra})
+    except InvalidMarker:
+        return True
 
 
 def is_installed(distribution: str) -> bool:

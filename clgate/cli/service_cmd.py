@@ -90,8 +90,14 @@ def serve(
     data_dir: Path = typer.Option(
         None, "--data-dir", help="Data folder (default $CLGATE_DATA_DIR or ./clgate-data)."
     ),
-    workers: int = typer.Option(1, help="API processes (Celery mode only; the embedded mode needs 1)."),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        max=256,
+        help="API processes on one address, sharing the store (Celery mode only; the embedded mode needs 1).",
+    ),
     log_level: str = typer.Option("info", help="uvicorn log level."),
+    access_log: bool = typer.Option(True, help="Log every request (uvicorn's access log)."),
 ) -> None:
     """Run the API. Without CLGATE_BROKER_URL the jobs run embedded, in a background executor."""
     import uvicorn
@@ -129,7 +135,8 @@ def serve(
         f"clgate API on http://{host}:{port} ({docs}) — jobs: {mode}; data: {settings.data_dir}", err=True
     )
     os.environ["CLGATE_DATA_DIR"] = str(settings.data_dir)
-    os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above
+    os.environ["CLGATE_AUTO_MIGRATE"] = "false"  # done above, once: never by each API process
+    os.environ["CLGATE_API_PROCESSES"] = str(workers)
     uvicorn.run(
         "clgate.service.app:create_app",
         factory=True,
@@ -137,6 +144,7 @@ def serve(
         port=port,
         workers=workers,
         log_level=log_level,
+        access_log=access_log,
     )
 
 

@@ -14,6 +14,7 @@ workers and the CLI call them and write no SQL of their own. A refused request i
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -57,20 +58,25 @@ def open_store(settings: Settings, *, migrate: bool = False, sign: bool = True) 
     """
     # lazy: SQLAlchemy — importing clgate.store (for its settings) loads no database code until a store opens
     from clgate.store.artifacts import ArtifactStore
-    from clgate.store.db import make_engine, make_sessionmaker, upgrade
+    from clgate.store.db import current_revision, head_revision, make_engine, make_sessionmaker, upgrade
     from clgate.store.signing import load_or_create
 
     private_dir(settings.data_dir)
     url = settings.resolved_database_url()
     _private_sqlite_file(url)
-    if migrate:
-        upgrade(url)
     engine = make_engine(
         url,
         pool_size=settings.db_pool_size,
         pool_timeout_s=settings.db_pool_timeout_s,
         busy_timeout_s=settings.db_busy_timeout_s,
     )
+    if migrate:
+        before = current_revision(engine)
+        upgrade(url)
+        if before != (head := head_revision()):  # the operator sees which process changed the schema
+            logging.getLogger("clgate.store").warning(
+                "migrated the record store from revision %s to %s", before or "(empty)", head
+            )
     key_path = settings.signing_key_path()
     signer = (
         load_or_create(key_path, create=settings.signing_key_file is None)

@@ -9,6 +9,7 @@ way and every state change leaves an audit event in the same transaction.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -23,6 +24,7 @@ from sqlalchemy import (
     Row,
     Select,
     Update,
+    bindparam,
     case,
     exists,
     func,
@@ -546,18 +548,26 @@ class JobView:
 
 
 def waiver_in_force() -> ColumnElement[bool]:
-    """A waiver counts while it has not expired (one that expired sets ``waived`` no more)."""
-    return (Waiver.expires_at.is_(None)) | (Waiver.expires_at > utcnow())
+    """A waiver counts while it has not expired (one that expired sets ``waived`` no more); "now" is
+    taken when the statement runs, so a statement built once stays right."""
+    now = bindparam("waiver_now", callable_=utcnow, type_=Waiver.expires_at.type)
+    return (Waiver.expires_at.is_(None)) | (Waiver.expires_at > now)
 
 
-def _views(where: Scope) -> Select:
+@functools.cache
+def _all_views() -> Select:
+    """The job views of every project, built once: building this statement cost more than running it
+    (a status read's largest cost in the store); a scope then adds one condition."""
     waived = exists().where(Waiver.job_id == Job.id, waiver_in_force())
-    query = (
+    return (
         select(Job, Policy.name, Policy.version, Decision.verdict, waived.label("waived"))
         .join(Policy, Policy.id == Job.policy_id)
         .outerjoin(Decision, Decision.job_id == Job.id)
     )
-    return where.where(query, Job.project)
+
+
+def _views(where: Scope) -> Select:
+    return where.where(_all_views(), Job.project)
 
 
 def _view(row: Row) -> JobView:

@@ -96,6 +96,18 @@ class Settings(BaseSettings):
         "The database pool and the thread pool are sized from it, so a request never waits for one while "
         "holding the other.",
     )
+    api_write_concurrency: Annotated[int, Field(ge=1, le=1024)] | None = Field(
+        None,
+        description="Writing requests (POST, PUT, PATCH, DELETE; uploads excepted) handled at once per API "
+        "process; more wait in the event loop, first come first served. Unset: 2 on SQLite (one writer at a "
+        "time: more only wait on its lock, unfairly, until its busy timeout), CLGATE_API_CONCURRENCY "
+        "otherwise.",
+    )
+    api_processes: Annotated[int, Field(ge=1, le=256)] = Field(
+        1,
+        description="API processes serving one address (`clgate serve --workers` sets it). With more than "
+        "one, /metrics leaves out the process_* series: they would describe whichever process answered.",
+    )
     db_pool_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     orphan_upload_age_s: Annotated[float, Field(ge=0)] = Field(
         3600.0,
@@ -188,6 +200,13 @@ class Settings(BaseSettings):
     def db_pool_size(self) -> int:
         """Connections per API process: one per admitted request plus the background threads' few."""
         return self.api_concurrency + 8
+
+    @property
+    def write_concurrency(self) -> int:
+        """Writing requests handled at once per API process (:attr:`api_write_concurrency` resolved)."""
+        if self.api_write_concurrency is not None:
+            return min(self.api_write_concurrency, self.api_concurrency)
+        return 2 if self.resolved_database_url().startswith("sqlite") else self.api_concurrency
 
     @property
     def embedded(self) -> bool:
