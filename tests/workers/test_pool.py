@@ -154,7 +154,8 @@ def test_a_pooled_child_is_confined_exactly_like_a_fresh_one(tmp_path, probe_env
     assert pooled["wrote_outside"] is False and pooled["wrote_inputs"] is False
     assert "job" in pooled["root"] and pooled["uid"] == 65534
     limits = pooled["limits"]
-    assert limits["AS"] == settings.sandbox_memory_bytes and limits["FSIZE"] == settings.sandbox_max_file_bytes
+    assert limits["AS"] == settings.sandbox_memory_bytes
+    assert limits["FSIZE"] == settings.sandbox_max_file_bytes
     assert limits["CPU"] == settings.job_time_limit_s * settings.sandbox_cpu_threads and limits["CORE"] == 0
     assert pooled["inputs"] == ["args.json", "pooled.npy"] and pooled["cwd"] is True
     fresh["inputs"] = pooled["inputs"]  # each saw its own staged file
@@ -207,7 +208,7 @@ def test_a_job_that_needs_another_child_gets_a_fresh_one_and_the_pool_follows(tm
     assert not launcher.pooled
     started.refill()
     assert started.waiting[0].threads == 2  # made like the last job's
-    assert "2" == started.waiting[0].proc.args[started.waiting[0].proc.args.index("--threads") + 1]
+    assert started.waiting[0].proc.args[started.waiting[0].proc.args.index("--threads") + 1] == "2"
 
 
 def test_no_pool_when_its_size_is_zero(tmp_path, bwrap):
