@@ -38,11 +38,12 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def _init_process(parent_pid: int, settings_json: str) -> None:
-    """Pool process initializer: watch the API process, load the engine (torch) and start this
-    process's waiting job children (:mod:`clgate.workers.pool`), so that a job starts at once."""
+    """Pool process initializer: watch the API process; with ``CLGATE_SANDBOX_POOL`` > 0 start this
+    process's waiting job children (:mod:`clgate.workers.pool`) and load the engine (torch) now, so
+    that a job starts at once."""
     _watch_parent(parent_pid)
-    settings = Settings.model_validate_json(settings_json)
-    pool.start(settings)
+    if pool.start(Settings.model_validate_json(settings_json)) is None:
+        return
     atexit.register(pool.stop)
     with contextlib.suppress(ImportError):  # no engine extra: metrics-only jobs still run
         # lazy: torch — loaded here, before the first job, in the process that will run it
@@ -90,8 +91,8 @@ class EmbeddedExecutor:
             initializer=_init_process,
             initargs=(os.getpid(), self._settings_json),
         )
-        for _ in range(self.settings.embedded_workers):  # its processes start now, not at the first job
-            executor.submit(_ready)
+        for _ in range(self.settings.embedded_workers if self.settings.sandbox_pool else 0):
+            executor.submit(_ready)  # with waiting children: its processes start now, not at the first job
         return executor
 
     def start(self) -> None:
