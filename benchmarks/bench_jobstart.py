@@ -11,7 +11,7 @@ ER). Its model runs confined (CLGATE_SANDBOX=bwrap) in the service; bubblewrap m
    (``hello``: started, imports done, staged data loaded), its first evaluation point, the engine done,
    the gate done. Seconds from the start of ``execute_job``.
 2. The service (``uvicorn`` on loopback, embedded executor, SQLite), for each pool size: a job posted,
-   then polled every 20 ms: seconds until it is ``running``, until its first reported iteration
+   then polled every 50 ms: seconds until it is ``running``, until its first reported iteration
    (``progress.iteration``), until its decision is stored. Then `clgate gate --job` (a fresh process:
    the same engine run and gate; its child unconfined, the command line's default) and the same with
    CLGATE_SANDBOX=bwrap, alternating with the service jobs. Ratios use the medians of this one run.
@@ -219,7 +219,7 @@ def service_job(client: httpx.Client, spec: dict) -> dict[str, float]:
             marks["decision stored"] = now
             marks.setdefault("first iteration reported", now)  # a job too short to report any
             return marks
-        time.sleep(0.02)
+        time.sleep(0.05)
     raise TimeoutError(job_id)
 
 

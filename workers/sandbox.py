@@ -4,7 +4,8 @@ A job is split across a trust boundary (:mod:`clgate.engine.trusted`): the worke
 side, called by :func:`clgate.workers.runner._run_engine` — copies the job's inputs out of the store
 into ``<attempt>/inputs`` (verified against their hashes), loads the data, keeps the held-out labels,
 and stages for the child only the training samples and the held-out *inputs*. The child,
-``python -m clgate.engine.child`` (:mod:`clgate.engine.child`), started here by :class:`SandboxLauncher`,
+``python -m clgate.engine.child`` (:mod:`clgate.engine.child`), started here by :class:`SandboxLauncher`
+(or started ahead of the job with the same command line and taken from :mod:`clgate.workers.pool`),
 loads the model, trains it and returns predictions over a pipe; the worker counts them and writes the
 logs into ``<attempt>/logs``, where the child cannot reach:
 

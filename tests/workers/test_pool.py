@@ -259,3 +259,22 @@ def test_a_pooled_child_is_killed_on_cancel(tmp_path, bwrap, children):
     thread.join(timeout=60)
     assert not thread.is_alive()
     assert result == ["cancelled"] and started.taken == 1
+
+
+def test_an_embedded_worker_process_starts_its_waiting_children(tmp_path, bwrap):
+    """The executor's process initializer starts this process's pool (and a job then takes from it);
+    with CLGATE_SANDBOX_POOL=0 it starts none, as before."""
+    from clgate.workers import embedded
+
+    settings, _ = _store(tmp_path, sandbox="bwrap")
+    try:
+        embedded._init_process(os.getppid(), settings.model_dump_json())
+        started = pool.current(settings)
+        assert started is not None and len(started.waiting) == settings.sandbox_pool == 1
+        assert started.waiting[0].proc.poll() is None and "--wait" in started.waiting[0].proc.args
+    finally:
+        pool.stop()
+    assert not any((settings.jobs_dir / pool.POOL_FOLDER).iterdir())  # its folders went with it
+    off = settings.model_copy(update={"sandbox_pool": 0})
+    embedded._init_process(os.getppid(), off.model_dump_json())
+    assert pool.current(off) is None
