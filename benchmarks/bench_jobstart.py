@@ -1,6 +1,6 @@
 """Benchmark: how fast a service job starts, and what a service job costs against `clgate gate --job`.
 
-    .venv/bin/python benchmarks/bench_jobstart.py [--repeats 2] [--pools 0,1] [--skip-phases]
+    .venv/bin/python benchmarks/bench_jobstart.py [--repeats 2] [--pools 0,1] [--skip-phases] [--celery]
 
 The job is the shipped digits example (examples/jobs/digits-er.yaml on the CPU: split digits, 5 tasks,
 ER). Its model runs confined (CLGATE_SANDBOX=bwrap) in the service; bubblewrap must work here.
@@ -10,7 +10,8 @@ ER). Its model runs confined (CLGATE_SANDBOX=bwrap) in the service; bubblewrap m
    loaded and the child's folder staged by the trusted side, the child launched, its first frame
    (``hello``: started, imports done, staged data loaded), its first evaluation point, the engine done,
    the gate done. Seconds from the start of ``execute_job``.
-2. The service (``uvicorn`` on loopback, embedded executor, SQLite), for each pool size: a job posted,
+2. The service (``clgate serve`` on loopback, embedded executor, SQLite; with ``--celery`` also a
+   redis-server and one ``clgate worker``), for each pool size: a job posted,
    then polled every 50 ms: seconds until it is ``running``, until its first reported iteration
    (``progress.iteration``), until its decision is stored. Then `clgate gate --job` (a fresh process:
    the same engine run and gate; its child unconfined, the command line's default) and the same with
@@ -153,7 +154,8 @@ def wait_ready(children, timeout: float = 120.0) -> None:
 
 
 # ---------------------------------------------------------------------- 2. the service
-def start_api(data_dir: Path, pool_size: int) -> tuple[subprocess.Popen, str]:
+def start_api(data_dir: Path, pool_size: int, broker: str | None) -> tuple[list[subprocess.Popen], str]:
+    """``clgate serve`` (embedded, or with ``broker`` a Celery API and one ``clgate worker``)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLGATE_")}
     env.update(
@@ -163,33 +165,52 @@ def start_api(data_dir: Path, pool_size: int) -> tuple[subprocess.Popen, str]:
         CLGATE_SANDBOX_POOL=str(pool_size),
         PYTHONUNBUFFERED="1",
     )
+    if broker:
+        env["CLGATE_BROKER_URL"] = broker
     data_dir.mkdir(parents=True)
-    log = open(data_dir.parent / f"api-{pool_size}.log", "wb")  # noqa: SIM115 - the server keeps it
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "--factory",
-        "clgate.service.app:create_app",
-        "--host",
-        "127.0.0.1",
-    ]
-    proc = subprocess.Popen(
-        [*argv, "--port", str(port), "--log-level", "warning", "--no-access-log"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
+    log_path = data_dir.parent / "service.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - the servers keep it
+    serve = [sys.executable, "-m", "clgate", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    procs = [subprocess.Popen(serve, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)]
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url + "/readyz", timeout=1).status_code == 200:
-                return proc, url
+                break
         time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the API did not start:\n" + (data_dir.parent / f"api-{pool_size}.log").read_text())
+    else:
+        stop(procs)
+        raise RuntimeError("the API did not start:\n" + log_path.read_text()[-3000:])
+    if broker:
+        worker = [sys.executable, "-m", "clgate", "worker", "--queues", "gpu,cpu", "--concurrency", "1"]
+        procs.append(subprocess.Popen(worker, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log))
+    return procs, url
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for proc in reversed(procs):
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def redis_server(tmp: Path) -> Iterator[str]:
+    """A redis-server on a free loopback port, no persistence."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("--celery needs redis-server (Debian package redis-server)")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = subprocess.Popen([*argv, "--dir", str(tmp)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop([proc])
 
 
 def service_job(client: httpx.Client, spec: dict) -> dict[str, float]:
@@ -246,9 +267,10 @@ def gate_job(spec_path: Path, out: Path, *, sandbox: str) -> float:
     return elapsed
 
 
-def service(tmp: Path, pool_size: int, repeats: int, spec_path: Path) -> dict[str, list[float]]:
+def service(tmp: Path, pool_size: int, repeats: int, spec_path: Path, broker: str | None) -> dict:
     spec = digits_spec()
-    proc, url = start_api(tmp / f"service-{pool_size}" / "data", pool_size)
+    mode = "celery" if broker else "embedded"
+    procs, url = start_api(tmp / f"service-{mode}-{pool_size}" / "data", pool_size, broker)
     times: dict[str, list[float]] = {}
     try:
         with httpx.Client(base_url=url, headers={"X-API-Key": ADMIN_KEY}, timeout=60) as client:
@@ -265,11 +287,7 @@ def service(tmp: Path, pool_size: int, repeats: int, spec_path: Path) -> dict[st
                     gate_job(spec_path, tmp / f"b{i}", sandbox="bwrap")
                 )
     finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        if proc.poll() is None:
-            proc.kill()
+        stop(procs)
     return times
 
 
@@ -279,6 +297,9 @@ def main() -> None:
     parser.add_argument("--pools", default="0,1", help="CLGATE_SANDBOX_POOL values to compare")
     parser.add_argument("--skip-phases", action="store_true", help="only the service timings")
     parser.add_argument("--skip-service", action="store_true", help="only the phases in a worker process")
+    parser.add_argument(
+        "--celery", action="store_true", help="the service in Celery mode (redis-server, one worker) too"
+    )
     args = parser.parse_args()
     pools = [int(n) for n in args.pools.split(",") if n.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="clgate-jobstart-"))
@@ -299,21 +320,25 @@ def main() -> None:
                 for label in runs[0]:
                     print(f"  {label:<40} {median(r[label] for r in runs):7.2f}")
         results = {}
+        modes = ["embedded", "celery"] if args.celery else ["embedded"]
         if not args.skip_service:
-            for size in pools:
-                results[size] = service(tmp, size, args.repeats, spec_path)
-                print(
-                    f"\n2. the service, CLGATE_SANDBOX_POOL={size} (s since submission, median of "
-                    f"{args.repeats})",
-                    flush=True,
-                )
-                for label, values in results[size].items():
-                    print(f"  {label:<40} {median(values):7.2f}   ({', '.join(f'{v:.2f}' for v in values)})")
-        for size, times in results.items():
+            for mode in modes:
+                with redis_server(tmp) if mode == "celery" else contextlib.nullcontext(None) as broker:
+                    for size in pools:
+                        results[mode, size] = service(tmp, size, args.repeats, spec_path, broker)
+                        print(
+                            f"\n2. the service ({mode}), CLGATE_SANDBOX_POOL={size} (s since submission, "
+                            f"median of {args.repeats})",
+                            flush=True,
+                        )
+                        for label, values in results[mode, size].items():
+                            listed = ", ".join(f"{v:.2f}" for v in values)
+                            print(f"  {label:<40} {median(values):7.2f}   ({listed})")
+        for (mode, size), times in results.items():
             service_s, gate_s = median(times["decision stored"]), median(times["clgate gate --job"])
             confined = median(times["clgate gate --job, bwrap"])
-            print(f"\nratios, CLGATE_SANDBOX_POOL={size}:")
             first = median(times["first iteration reported"])
+            print(f"\nratios, {mode}, CLGATE_SANDBOX_POOL={size}:")
             print(f"  first iteration reported / 2 s          {first / 2:7.3f}   (goal ≤ 1)")
             print(f"  service / clgate gate --job             {service_s / gate_s:7.3f}   (goal ≤ 1.2)")
             print(f"  service / clgate gate --job, bwrap      {service_s / confined:7.3f}")
