@@ -29,9 +29,10 @@ Why this confines as much as a fresh child:
   time, cancel and the output folder's size are enforced on the trusted side, per job, as before;
 - a waiting child that died or never said ``ready`` is killed and a fresh one started instead.
 
-Replacements are started in the thread that runs jobs, when a job's child has ended (:meth:`refill`):
-a pooled child dies with the thread that started it (``--die-with-parent``), and its imports then do
-not compete with a running job for the CPU.
+A replacement starts as soon as a job takes a child, so that it has loaded by the time the next job
+comes (its imports share the CPU with the running job for a few seconds), and again once a job's child
+has ended if one is missing (:meth:`refill`). Children are started in the thread that runs jobs: a
+pooled child dies with the thread that started it (``--die-with-parent``).
 """
 
 from __future__ import annotations
@@ -114,13 +115,14 @@ class SandboxPool:
     def refill(self) -> None:
         """Start children until ``size`` wait (dead ones are dropped first)."""
         with self._lock:
-            for child in [c for c in self.waiting if c.proc.poll() is not None]:
-                log.warning(
-                    "pooled job child %s ended while waiting (%s)", child.proc.pid, child.proc.returncode
-                )
-                self._discard(child)
-            while len(self.waiting) < self.size:
-                self.waiting.append(self._start())
+            self._fill()
+
+    def _fill(self) -> None:
+        for child in [c for c in self.waiting if c.proc.poll() is not None]:
+            log.warning("pooled job child %s ended while waiting (%s)", child.proc.pid, child.proc.returncode)
+            self._discard(child)
+        while len(self.waiting) < self.size:
+            self.waiting.append(self._start())
 
     def _start(self) -> _Waiting:
         slot = self.root / f"slot-{secrets.token_hex(6)}"
@@ -194,6 +196,7 @@ class SandboxPool:
                     return None
                 self._hand_over(child, launch, log_path)
                 self.taken += 1
+                self._fill()  # the replacement loads while this job runs: ready for the next one
                 return child.proc
         return None
 

@@ -348,7 +348,7 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
         raise SandboxError(str(exc)[:1100]) from None
     finally:
-        if children is not None:  # the job's child has ended: a replacement starts while the job is gated
+        if children is not None:  # a child that died while waiting, or one of another kind, is replaced
             children.refill()
     return (log_paths, state["stopped"]) if stopped else (log_paths, None)
 

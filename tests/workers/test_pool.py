@@ -170,11 +170,14 @@ def test_a_pooled_child_runs_one_job_and_a_fresh_one_serves_the_next(tmp_path, p
     launcher = sandbox.SandboxLauncher(settings, "bwrap", tmp_path, gpu=False, pool=started)
     first_launch = _launch(tmp_path, "first", args, "first.npy")
     first = launcher(first_launch)
-    assert started.waiting == []  # taken: never handed out again
+    # taken, never handed out again; its replacement starts at once
+    assert len(started.waiting) == 1 and started.waiting[0].proc.pid != first.pid
+    replacement = started.waiting[0]
+    assert replacement.proc.poll() is None and replacement.slot.is_dir()
     first.communicate(timeout=120)
     assert first.returncode == 0
-    started.refill()  # what the worker does once a job's child has ended
-    assert len(started.waiting) == 1 and started.waiting[0].proc.pid != first.pid
+    started.refill()  # nothing missing: nothing more started
+    assert started.waiting == [replacement]
     second_launcher = sandbox.SandboxLauncher(settings, "bwrap", tmp_path, gpu=False, pool=started)
     second = _probe(second_launcher, _launch(tmp_path, "second", args, "second.npy"))
     assert second_launcher.pooled and started.taken == 2
@@ -239,7 +242,7 @@ def test_a_hostile_model_in_a_pooled_child_leaks_nothing(tmp_path, bwrap, monkey
     assert str(tmp_path) not in error
     _nothing_leaked(ctx, job_id, destination)
     assert not ctx.artifacts.exists(forged)
-    assert len(started.waiting) == 1  # replaced once the job's child had ended
+    assert len(started.waiting) == 1  # replaced when the job took its child
 
 
 def test_a_pooled_child_is_killed_on_cancel(tmp_path, bwrap, children):
