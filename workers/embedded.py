@@ -8,7 +8,9 @@ the same policy as the Celery task (:data:`clgate.workers.runner.MAX_RETRIES`).
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -18,15 +20,14 @@ import time
 
 from clgate.store import jobs as records
 from clgate.store.settings import Settings
-from clgate.workers import runner
+from clgate.workers import pool, runner
 from clgate.workers.supervisor import Supervisor
 
 log = logging.getLogger("clgate.embedded")
 
 
 def _watch_parent(parent_pid: int) -> None:
-    """Pool process initializer: exit when the API process is gone (a running job resumes at the next
-    start)."""
+    """Exit when the API process is gone (a running job resumes at the next start)."""
 
     def watch() -> None:
         while os.getppid() == parent_pid:
@@ -34,6 +35,23 @@ def _watch_parent(parent_pid: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="clgate-parent-watch", daemon=True).start()
+
+
+def _init_process(parent_pid: int, settings_json: str) -> None:
+    """Pool process initializer: watch the API process; with ``CLGATE_SANDBOX_POOL`` > 0 start this
+    process's waiting job children (:mod:`clgate.workers.pool`) and load the engine (torch) now, so
+    that a job starts at once."""
+    _watch_parent(parent_pid)
+    if pool.start(Settings.model_validate_json(settings_json)) is None:
+        return
+    atexit.register(pool.stop)
+    with contextlib.suppress(ImportError):  # no engine extra: metrics-only jobs still run
+        # lazy: torch — loaded here, before the first job, in the process that will run it
+        import clgate.engine.runner  # noqa: F401
+
+
+def _ready() -> None:
+    """A no-op task that makes the pool start a process (and run its initializer) before any job."""
 
 
 def _child(job_id: str, settings_json: str) -> str:
@@ -67,12 +85,15 @@ class EmbeddedExecutor:
         self.hostname = f"embedded@{socket.gethostname()}"
 
     def _new_pool(self) -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(
+        executor = cf.ProcessPoolExecutor(
             max_workers=self.settings.embedded_workers,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_watch_parent,
-            initargs=(os.getpid(),),
+            initializer=_init_process,
+            initargs=(os.getpid(), self._settings_json),
         )
+        for _ in range(self.settings.embedded_workers if self.settings.sandbox_pool else 0):
+            executor.submit(_ready)  # with waiting children: its processes start now, not at the first job
+        return executor
 
     def start(self) -> None:
         with self._lock:

@@ -30,7 +30,7 @@ from clgate.store import jobs as records
 from clgate.store.models import JobState
 from clgate.store.refs import check_paths, resolve_refs
 from clgate.store.settings import Settings, load_settings
-from clgate.workers import core, sandbox
+from clgate.workers import core, pool, sandbox
 
 log = logging.getLogger("clgate.worker")
 
@@ -301,7 +301,8 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
     state: dict[str, Any] = {"cancelled": False, "stopped": None}
     deadline = time.monotonic() + settings.job_soft_time_limit_s
     gpu = job_spec.device != "cpu" and Path("/dev/nvidiactl").exists()
-    launcher = sandbox.SandboxLauncher(settings, status.mode, staged.work, gpu=gpu)
+    children = pool.current(settings)
+    launcher = sandbox.SandboxLauncher(settings, status.mode, staged.work, gpu=gpu, pool=children)
 
     def on_progress(progress: Any) -> None:
         if throttle_p.due():
@@ -346,6 +347,9 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
             raise
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
         raise SandboxError(str(exc)[:1100]) from None
+    finally:
+        if children is not None:  # a child that died while waiting, or one of another kind, is replaced
+            children.refill()
     return (log_paths, state["stopped"]) if stopped else (log_paths, None)
 
 

@@ -4,7 +4,8 @@ A job is split across a trust boundary (:mod:`clgate.engine.trusted`): the worke
 side, called by :func:`clgate.workers.runner._run_engine` — copies the job's inputs out of the store
 into ``<attempt>/inputs`` (verified against their hashes), loads the data, keeps the held-out labels,
 and stages for the child only the training samples and the held-out *inputs*. The child,
-``python -m clgate.engine.child`` (:mod:`clgate.engine.child`), started here by :class:`SandboxLauncher`,
+``python -m clgate.engine.child`` (:mod:`clgate.engine.child`), started here by :class:`SandboxLauncher`
+(or started ahead of the job with the same command line and taken from :mod:`clgate.workers.pool`),
 loads the model, trains it and returns predictions over a pipe; the worker counts them and writes the
 logs into ``<attempt>/logs``, where the child cannot reach:
 
@@ -46,7 +47,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import clgate
 import clgate.schemas
@@ -269,7 +270,19 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def bwrap_argv(launch: ChildLaunch, settings: Settings, *, gpu: bool) -> list[str]:
+class Folders(Protocol):
+    """What the command line of a child reads of its launch (a :class:`clgate.engine.runner.ChildLaunch`
+    or a pooled child's own folders)."""
+
+    @property
+    def stage(self) -> Path: ...
+    @property
+    def out(self) -> Path: ...
+    @property
+    def threads(self) -> int: ...
+
+
+def bwrap_argv(launch: Folders, settings: Settings, *, gpu: bool) -> list[str]:
     """The bubblewrap command line that confines one job attempt (see the module docstring)."""
     binary = shutil.which("bwrap") or "bwrap"
     argv = _bwrap_base(binary)
@@ -355,9 +368,10 @@ CHILD_COMMAND: list[str] = ["-m", "clgate.engine.child"]
 
 
 def child_argv(
-    launch: ChildLaunch, settings: Settings, mode: Mode, *, gpu: bool
+    launch: Folders, settings: Settings, mode: Mode, *, gpu: bool, wait: bool = False
 ) -> tuple[list[str], dict[str, str]]:
-    """The full command (bwrap + python + child, or python + child) and its environment."""
+    """The full command (bwrap + python + child, or python + child) and its environment; ``wait``: a
+    pre-started child that runs after a ``go`` frame (:mod:`clgate.workers.pool`)."""
     if mode == "bwrap":
         prefix = bwrap_argv(launch, settings, gpu=gpu)
         for key, value in child_env(settings, home="/tmp").items():
@@ -383,6 +397,8 @@ def child_argv(
     ]
     if mode == "none":
         argv += ["--parent-pid", str(os.getpid())]
+    if wait:
+        argv.append("--wait")
     return argv, env_for_popen
 
 
@@ -406,26 +422,43 @@ def _kill(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)  # bwrap and, with --die-with-parent, everything inside it
 
 
+class ChildSource(Protocol):
+    """Pre-started children (:class:`clgate.workers.pool.SandboxPool`): ``take`` hands one over, its
+    inputs in place and told to go, or returns ``None`` (none fits: the launcher starts a fresh one)."""
+
+    def take(self, launch: ChildLaunch, log_path: Path | None) -> subprocess.Popen[bytes] | None: ...
+
+
 class SandboxLauncher:
     """Starts the engine's child (:mod:`clgate.engine.child`) confined as ``mode`` says, for
     :func:`clgate.engine.run_job`; its prints go to ``<work>/child.log``.
 
-    :meth:`check` (called while the job runs) kills the child when its output folder grows past
-    ``OUTPUT_FILES_FACTOR`` × ``CLGATE_SANDBOX_MAX_FILE_BYTES``; ``overflow`` then says so. Without
-    ``work`` (the command line) the child's prints go to this process's standard error.
+    With a ``pool`` the child is a pre-started one when the pool has one that fits (``pooled`` then
+    says so), else a fresh one. :meth:`check` (called while the job runs) kills the child when its
+    output folder grows past ``OUTPUT_FILES_FACTOR`` × ``CLGATE_SANDBOX_MAX_FILE_BYTES``; ``overflow``
+    then says so. Without ``work`` (the command line) the child's prints go to this process's
+    standard error.
     """
 
-    def __init__(self, settings: Settings, mode: Mode, work: Path | None, *, gpu: bool) -> None:
-        self.settings, self.mode, self.work, self.gpu = settings, mode, work, gpu
+    def __init__(
+        self, settings: Settings, mode: Mode, work: Path | None, *, gpu: bool, pool: ChildSource | None = None
+    ) -> None:
+        self.settings, self.mode, self.work, self.gpu, self.pool = settings, mode, work, gpu, pool
         self.proc: subprocess.Popen[bytes] | None = None
         self.out: Path | None = None
         self.overflow = False
+        self.pooled = False
         self._next_check = 0.0
 
     def __call__(self, launch: ChildLaunch) -> subprocess.Popen[bytes]:
-        argv, env = child_argv(launch, self.settings, self.mode, gpu=self.gpu)
         self.out = launch.out
         log_path = self.work / "child.log" if self.work is not None else None
+        if self.pool is not None:
+            taken = self.pool.take(launch, log_path)
+            if taken is not None:
+                self.proc, self.pooled = taken, True
+                return taken
+        argv, env = child_argv(launch, self.settings, self.mode, gpu=self.gpu)
         with open(log_path, "ab") if log_path else contextlib.nullcontext(None) as child_log:
             self.proc = subprocess.Popen(
                 argv,

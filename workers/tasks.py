@@ -3,13 +3,15 @@ faults)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 
 from celery import signals
 
 from clgate.store import reset_after_fork
 from clgate.store.db import wait_for_schema
-from clgate.workers import runner
+from clgate.workers import pool, runner
 from clgate.workers.app import TASK_NAME, app
 from clgate.workers.sandbox import warn_if_unconfined
 
@@ -57,6 +59,25 @@ def _check_sandbox(**_: object) -> None:
 def _fresh_connections(**_: object) -> None:
     """Each pool process opens its own database connections (a replacement child is forked after start)."""
     reset_after_fork()
+
+
+@signals.worker_process_init.connect
+def _start_sandbox_pool(**_: object) -> None:
+    """Each pool process keeps its waiting job children (:mod:`clgate.workers.pool`) and loads the engine
+    in the background (the process must answer Celery within seconds)."""
+    pool.start(runner.store_for().settings)
+    threading.Thread(target=_load_engine, name="clgate-engine-import", daemon=True).start()
+
+
+def _load_engine() -> None:
+    with contextlib.suppress(ImportError):  # no engine extra: metrics-only jobs still run
+        # lazy: torch — loaded before the first job, off the thread that answers Celery
+        import clgate.engine.runner  # noqa: F401
+
+
+@signals.worker_process_shutdown.connect
+def _stop_sandbox_pool(**_: object) -> None:
+    pool.stop()
 
 
 @signals.worker_shutdown.connect

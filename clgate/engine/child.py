@@ -10,6 +10,11 @@ sends is checked by the trusted side, which holds the labels.
 
 The resource limits (``--limits``) are set first, before any submitted file is opened, with soft and
 hard values equal, so that nothing running later in this process can raise them.
+
+With ``--wait`` (a pre-started child of :mod:`clgate.workers.pool`) it sets its limits, imports torch
+and the engine, sends one ``ready`` frame and blocks until one ``go`` frame arrives on its standard
+input, naming the stage and output folders as it sees them; only then does it open them, run the one
+job and exit. A child never runs a second job.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import os
 import resource
 import select
 import signal
+import struct
 import sys
 import traceback
 from pathlib import Path
@@ -68,6 +74,38 @@ class PipeChannel:
         return self.stop
 
 
+GO_HEADER_LIMIT = 4096
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            raise EOFError("the trusted side closed the pipe before go")
+        data += chunk
+    return data
+
+
+def await_go(protocol_out: BinaryIO, fd_in: int = 0) -> dict[str, Any]:
+    """``--wait``: import what a job needs, say ``ready``, then block until the ``go`` frame (its header,
+    with ``stage`` and ``out``). Raises ``EOFError`` when the pipe closes first (the pool shuts down)."""
+    import torch  # noqa: F401 - imported now, while no job waits
+
+    # lazy: torch — imported after the child's limits and stdout redirect are in place
+    import clgate.engine.training  # noqa: F401
+    from clgate.engine.protocol import write_frame
+
+    write_frame(protocol_out, {"type": "ready"})
+    (length,) = struct.unpack(">I", _read_exact(fd_in, 4))
+    if length > GO_HEADER_LIMIT:
+        raise EOFError(f"a go frame of {length} bytes")
+    header = json.loads(_read_exact(fd_in, length))
+    if not isinstance(header, dict) or header.get("type") != "go":
+        raise EOFError("the first frame is not go")
+    return header
+
+
 def _run(stage: Path, out: Path, channel: PipeChannel, threads: int) -> None:
     import torch
 
@@ -94,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=0, help="at most this many CPU threads (0: the spec's)"
     )
     parser.add_argument("--parent-pid", type=int, default=0, help="die with this process")
+    parser.add_argument("--wait", action="store_true", help="import, say ready, run after a go frame")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trusted side's to handle
     if args.parent_pid:
@@ -102,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     protocol_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # prints (the model's too) go to standard error, never into the protocol
     sys.stdout = sys.stderr
+    if args.wait:
+        try:
+            go = await_go(protocol_out)
+        except (EOFError, ValueError):
+            return 0  # not used for a job: nothing was opened
+        args.stage, args.out = Path(str(go.get("stage", args.stage))), Path(str(go.get("out", args.out)))
+        os.chdir(args.out)
     channel = PipeChannel(protocol_out, 0)
     # lazy: torch — imported after the child's limits and stdout redirect are in place
     from clgate.engine.errors import EngineInputError

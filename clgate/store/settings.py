@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     sandbox_cpu_threads: Annotated[int, Field(ge=1, le=256)] = Field(
         4, description="Most CPU threads a job's child uses (torch, OpenMP, MKL, OpenBLAS)."
     )
+    sandbox_pool: Annotated[int, Field(ge=0, le=16)] = Field(
+        1,
+        description="Job children each worker process keeps started, confined and waiting (0: each job "
+        "starts its own).",
+    )
     public_docs: bool = Field(
         False,
         description="Serve /docs, /redoc and /openapi.json without a key. Off: /openapi.json needs "
