@@ -33,13 +33,14 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from clgate.engine.errors import StrategyError
-from clgate.engine.samples import Samples, iterate_batches
+from clgate.engine.samples import Samples, iterate_batches, model_input
 from clgate.schemas.errors import problems_of
 
 ENTRY_POINT_GROUP = "clgate.strategies"
@@ -179,12 +180,36 @@ class Joint(Strategy[NoParams]):
         return 0 if self._data is None else self._data.input_nbytes
 
 
+def stored_dtype(data: Samples) -> torch.dtype:
+    """The dtype ``data`` is stored in (uint8 for images), as a torch dtype."""
+    if isinstance(data.x, torch.Tensor):
+        return data.x.dtype
+    return torch.from_numpy(np.empty(0, dtype=data.x.dtype)).dtype
+
+
+def as_stored(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Model input ``x`` back in stored dtype ``dtype`` (``None``: as is), the inverse of
+    :func:`~clgate.engine.samples.model_input`: a uint8 image became ``k / 255`` in float32, and
+    ``round(255 · (k / 255)) == k`` for every ``k`` in 0 … 255, so the round trip is exact and the
+    memory's samples, converted per batch again, are bit for bit the model input they came from."""
+    if dtype is None or x.dtype == dtype:
+        return x
+    if dtype == torch.uint8:
+        return (x * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+    return x.to(dtype)
+
+
 class _Memory:
-    """A fixed-size sample memory on the device, with per-class slot bookkeeping on the host."""
+    """A fixed-size sample memory on the device, with per-class slot bookkeeping on the host.
+
+    Inputs are held in their stored dtype (``dtype``: uint8 for images, a quarter of the float32 model
+    input), converted per batch by :meth:`inputs`; ``None`` until a strategy names it: then as written.
+    """
 
     def __init__(self, size: int, device: torch.device) -> None:
         self.size = size
         self.device = device
+        self.dtype: torch.dtype | None = None
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
         self.labels: list[int] = []
@@ -194,21 +219,32 @@ class _Memory:
     def filled(self) -> int:
         return len(self.labels)
 
+    def expect(self, data: Samples) -> None:
+        """Hold inputs the way ``data`` stores them."""
+        if self.dtype is None:
+            self.dtype = stored_dtype(data)
+
     def _alloc(self, x: torch.Tensor) -> None:
         if self.x is None:
             self.x = torch.empty((self.size, *x.shape[1:]), dtype=x.dtype, device=self.device)
             self.y = torch.empty(self.size, dtype=torch.long, device=self.device)
 
     def write(self, x: torch.Tensor, y: torch.Tensor, writes: dict[int, int]) -> None:
-        """Apply ``slot → batch index`` writes with one indexed copy."""
+        """Apply ``slot → batch index`` writes with one indexed copy; ``x`` is model input or stored."""
         if not writes:
             return
-        self._alloc(x)
+        src = torch.tensor(list(writes.values()), device=x.device)
+        rows = as_stored(x[src], self.dtype)
+        self._alloc(rows)
         assert self.x is not None and self.y is not None
         dst = torch.tensor(list(writes.keys()), device=self.device)
-        src = torch.tensor(list(writes.values()), device=x.device)
-        self.x[dst] = x[src]
-        self.y[dst] = y[src]
+        self.x[dst] = rows.to(self.device)
+        self.y[dst] = y[src].to(self.device)
+
+    def inputs(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples at slots ``idx`` as model input, and their labels."""
+        assert self.x is not None and self.y is not None
+        return model_input(self.x[idx]), self.y[idx]
 
     def place(self, slot: int | None, label: int) -> int:
         """Book ``label`` into ``slot`` (``None``: the next free one); returns the slot."""
@@ -227,12 +263,14 @@ class _Memory:
         return [c for c, s in self.slots.items() if len(s) == most]
 
     def nbytes(self) -> int:
+        """Bytes held: the filled slots' stored inputs and int64 labels."""
         if self.x is None or self.y is None:
             return 0
         n = self.filled
         return int(self.x[0].nbytes * n + self.y[0].nbytes * n)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled slots, inputs in stored dtype."""
         assert self.x is not None and self.y is not None
         return self.x[: self.filled], self.y[: self.filled]
 
@@ -270,17 +308,21 @@ class ER(Strategy[ERParams]):
         if mem.filled:
             n = self.params.replay_batch_size or self.ctx.batch_size
             idx = torch.randint(mem.filled, (n,), generator=self.ctx.generator).to(self.ctx.device)
-            assert mem.x is not None and mem.y is not None
-            x = torch.cat([x, mem.x[idx]])
-            y = torch.cat([y, mem.y[idx]])
+            mx, my = mem.inputs(idx)
+            x = torch.cat([x, mx])
+            y = torch.cat([y, my])
             self.extra_train_samples += n
         return F.cross_entropy(self.ctx.logits(x), y)
+
+    def before_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
 
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
         if first_pass:
             self.observe(x, y)
 
     def learned_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
         order = torch.randperm(len(data), generator=self.ctx.generator)
         for x, y in self.ctx.stream(data, order):
             self.observe(x, y)
@@ -354,7 +396,8 @@ class GDumb(Strategy[GDumbParams]):
                 slot = mem.slots[victim_class][rng.randrange(len(mem.slots[victim_class]))]
                 writes[mem.place(slot, c)] = i
         if writes:
-            xs, ys = self.ctx.read(data, order[list(writes.values())])
+            mem.expect(data)
+            xs, ys = data.take(order[list(writes.values())])  # stored dtype: what the memory holds
             mem.write(xs, ys, {slot: j for j, slot in enumerate(writes)})
 
     def task_data(self, k: int, data: Samples) -> Samples:
