@@ -859,8 +859,8 @@ class ICaRL(Strategy[ICaRLParams]):
 class DERParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mem_size: int = Field(200, ge=1, description="Memory size M (samples, with their logits).")
-    alpha: float = Field(0.1, ge=0, description="Weight of the logit-matching (MSE) term.")
-    beta: float = Field(0.5, ge=0, description="Weight of the replayed labels' cross-entropy term.")
+    alpha: float = Field(0.2, ge=0, description="Weight of the logit-matching (MSE) term.")
+    beta: float = Field(1.0, ge=0, description="Weight of the replayed labels' cross-entropy term.")
     replay_batch_size: int | None = Field(
         None, ge=1, description="Replay samples per term and update (default: batch size)."
     )
@@ -904,7 +904,8 @@ class DERpp(Strategy[DERParams]):
             mx, _ = self.memory.inputs(idx)
             width = self.width[idx]
             got = self.ctx.model(mx).masked_fill(~width, 0.0)
-            loss = loss + self.params.alpha * ((got - self.targets[idx]) ** 2).sum() / width.sum().clamp(min=1)
+            mse = ((got - self.targets[idx]) ** 2).sum() / width.sum().clamp(min=1)
+            loss = loss + self.params.alpha * mse
         if self.memory.filled and self.params.beta > 0:
             mx, my = self.memory.inputs(self._draw())
             loss = loss + self.params.beta * F.cross_entropy(self.ctx.logits(mx), my)

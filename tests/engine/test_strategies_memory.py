@@ -61,7 +61,7 @@ def test_gdumb_trains_on_its_uint8_memory_as_model_input():
     memory = g.task_data(0, task)
     x_mem, y_mem = g.memory.tensors()
     assert x_mem.dtype == torch.uint8 and g.buffer_bytes() == 6 * (6 + 8)
-    ((xb, yb),) = iterate_batches(memory, [torch.arange(6)], ctx.device)
+    ((xb, _),) = iterate_batches(memory, [torch.arange(6)], ctx.device)
     assert xb.dtype == torch.float32 and torch.equal(xb, x_mem.float() / 255)
     # every memory row is one of the task's samples, with its label
     rows = {task.x[i].tobytes(): int(task.y[i]) for i in range(len(task))}

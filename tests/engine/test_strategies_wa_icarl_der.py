@@ -81,7 +81,7 @@ def test_a_model_without_a_head_is_refused_by_name():
     for name in ("wa", "icarl"):
         with pytest.raises(StrategyError, match=rf"strategy.name: {name} needs the model's head"):
             create_strategy(name, {}, ctx)
-    with pytest.raises(StrategyError, match="strategy.name: icarl needs the model's head"):
+    with pytest.raises(StrategyError, match=r"strategy\.name: icarl needs the model's head"):
         find_head(torch.jit.script(nn.Sequential(nn.Linear(3, 4))), 4, strategy="icarl")
 
 
@@ -126,7 +126,8 @@ def test_nme_predicts_the_nearest_class_mean_of_hand_made_features():
     assert scores.argmax(1).tolist() == [0, 1, 1, 1]
     assert bool(torch.isinf(scores[:, 2]).all())
     u = F.normalize(x, dim=1)
-    expected = -torch.stack([(u - torch.tensor([1.0, 0.0])).norm(dim=1), (u - torch.tensor([0.0, 1.0])).norm(dim=1)], 1)
+    to_mean = [(u - torch.tensor(mean)).norm(dim=1) for mean in ([1.0, 0.0], [0.0, 1.0])]
+    expected = -torch.stack(to_mean, dim=1)
     assert torch.allclose(scores[:, :2], expected, atol=1e-6)
 
 
