@@ -6,7 +6,10 @@ updates) — and one budget for every memory method: ``mem_size`` 200 samples, a
 beside each new batch of 16. Each strategy runs the same seeds (default 0, 1, 2; one job, one log per
 seed). The table gives, at the end of the last task, the mean and spread over seeds of ACC (average
 accuracy over tasks), MICA (the worst class's accuracy), the run's WAMICA (worst class, weighted over
-the run), the memory held (``buffer_bytes``) and the mul-adds trained (``ops_train``, summed over tasks).
+the run), the memory held (``buffer_bytes``), the mul-adds trained (``ops_train``, summed over tasks)
+and, from the final model's head, ``γ = mean ‖w_old‖ / mean ‖w_new‖`` with the last task's classes as
+the new ones: the factor WA would apply to that model (WA's premise is γ < 1: the new classes' weight
+vectors are the larger ones; after WA's own alignment it is 1).
 
 Then it checks the orderings the papers report (finetune below every memory method; DER++ above ER,
 Buzzega et al. 2020; WA above plain replay, Zhao et al. 2020; iCaRL above finetune, Rebuffi et al.
@@ -22,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -44,12 +49,18 @@ def run(
     name: str, params: dict[str, object], seeds: list[int], epochs: int, out: Path
 ) -> dict[str, list[float]]:
     spec = load_job(REPO / "examples/jobs/digits-er.yaml").with_overrides(
-        {"strategy": {"name": name, **params}, "seeds": seeds, "training.epochs": epochs, "device": "cpu"}
+        {
+            "strategy": {"name": name, **params},
+            "seeds": seeds,
+            "training.epochs": epochs,
+            "training.save_final": True,
+            "device": "cpu",
+        }
     )
     start = time.perf_counter()
     paths = run_job(spec, out / name)
     wall = time.perf_counter() - start
-    rows: dict[str, list[float]] = {m: [] for m in (*METRICS, "buffer_bytes", "ops_train")}
+    rows: dict[str, list[float]] = {m: [] for m in (*METRICS, "buffer_bytes", "ops_train", "gamma")}
     for path in paths:
         log = load_log(path)
         values = compute_metrics(log).metrics
@@ -58,6 +69,10 @@ def run(
             rows[m].append(float(v[-1] if isinstance(v, list) else v))
         rows["buffer_bytes"].append(float(log.resources[-1].buffer_bytes))
         rows["ops_train"].append(float(sum(r.ops_train for r in log.resources)))
+        head = load_file(str(Path(path).parent / f"model-seed{log.meta['seed']}.safetensors"))["net.5.weight"]
+        norms = head.norm(dim=1)
+        old = [c for task in log.tasks[:-1] for c in task]
+        rows["gamma"].append(float(norms[old].mean() / norms[log.tasks[-1]].mean()))
     rows["wall_s"] = [wall]
     return rows
 
@@ -101,13 +116,14 @@ def main() -> None:
             results[name] = run(name, params, seeds, args.epochs, Path(tmp))
     print(f"split digits, 5 tasks, MLP 2×400, {args.epochs} epochs, seeds {args.seeds}, memory 200 samples")
     print()
-    print("| strategy | ACC | MICA | WAMICA | buffer_bytes | ops_train (÷ finetune) | wall s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| strategy | ACC | MICA | WAMICA | buffer_bytes | ops_train ÷ finetune | γ, final head | wall s |")
+    print("|---|---|---|---|---|---|---|---|")
     ops0 = mean(results["finetune"]["ops_train"])
     for name, r in results.items():
         print(
             f"| {name} | {cell(r['acc'])} | {cell(r['mica'])} | {cell(r['wamica'])} | "
-            f"{int(mean(r['buffer_bytes']))} | {mean(r['ops_train']) / ops0:.2f} | {r['wall_s'][0]:.0f} |"
+            f"{int(mean(r['buffer_bytes']))} | {mean(r['ops_train']) / ops0:.2f} | {cell(r['gamma'])} | "
+            f"{r['wall_s'][0]:.0f} |"
         )
     print()
     print("\n".join(check(results)))

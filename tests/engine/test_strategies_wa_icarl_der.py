@@ -3,12 +3,15 @@ checked on a small hand-made case, against an independent computation."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from clgate.documents import load_job
 from clgate.engine.errors import StrategyError
 from clgate.engine.models import grow_head, make_growing_head
 from clgate.engine.samples import Samples
@@ -211,3 +214,11 @@ def test_derpp_reservoir_keeps_a_uniform_sample_of_the_stream():
     counts = np.bincount(der.memory.tensors()[1].numpy(), minlength=4)
     assert counts.sum() == 50 and counts.min() >= 5  # uniform would be 12.5 each
     assert der.buffer_bytes() == 50 * (3 * 4 + 8) + 50 * 4 * (4 + 1)
+
+
+@pytest.mark.parametrize("name", ["wa", "icarl", "derpp"])
+def test_the_shipped_example_job_validates(name):
+    spec = load_job(Path(__file__).resolve().parents[2] / "examples" / "jobs" / f"digits-{name}.yaml")
+    ctx = _ctx(_mlp(10), n_classes=10)
+    strategy, ignored = create_strategy(spec.strategy.name, spec.strategy.params, ctx)
+    assert strategy.name == name and ignored == []
