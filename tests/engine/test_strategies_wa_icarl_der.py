@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from clgate.documents import load_job
+from clgate.documents import load_job, load_log
 from clgate.engine.errors import StrategyError
 from clgate.engine.models import grow_head, make_growing_head
 from clgate.engine.samples import Samples
@@ -222,3 +222,34 @@ def test_the_shipped_example_job_validates(name):
     ctx = _ctx(_mlp(10), n_classes=10)
     strategy, ignored = create_strategy(spec.strategy.name, spec.strategy.params, ctx)
     assert strategy.name == name and ignored == []
+
+
+@pytest.mark.parametrize(
+    ("name", "held"),
+    [
+        ("wa", 12 * (8 * 4 + 8)),
+        ("icarl", 2 * 6 * (8 * 4 + 8)),  # herding: 12 // 2 classes seen = 6 exemplars for each
+        ("derpp", 12 * (8 * 4 + 8) + 12 * 6 * (4 + 1)),  # and each sample's logits and class mask
+    ],
+)
+def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, held):
+    from safetensors.torch import save_file
+
+    from clgate.engine import run_job
+    from clgate.engine.models import build_model
+
+    weights = tmp_path / "candidate.safetensors"
+    save_file(build_model("mlp", (8,), 6, hidden=32).state_dict(), str(weights))
+    spec = synthetic_spec(
+        **{
+            "scenario.first_task_learned": True,
+            "strategy.name": name,
+            "strategy.mem_size": 12,
+            "model.weights": str(weights),
+        }
+    )
+    (path,) = run_job(spec, tmp_path)
+    log = load_log(path)
+    assert log.points[0].iteration == 0 and log.points[0].task_end
+    assert log.meta["iterations_per_task"] == [0, 8, 8]
+    assert log.resources[0].buffer_bytes == held
