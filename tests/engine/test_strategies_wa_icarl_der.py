@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from clgate.documents import load_job, load_log
+from clgate.engine import run_job
 from clgate.engine.errors import StrategyError
-from clgate.engine.models import grow_head, make_growing_head
+from clgate.engine.models import build_model, grow_head, make_growing_head
 from clgate.engine.samples import Samples
 from clgate.engine.strategies import (
     WA,
@@ -235,9 +236,6 @@ def test_the_shipped_example_job_validates(name):
 def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, held):
     from safetensors.torch import save_file
 
-    from clgate.engine import run_job
-    from clgate.engine.models import build_model
-
     weights = tmp_path / "candidate.safetensors"
     save_file(build_model("mlp", (8,), 6, hidden=32).state_dict(), str(weights))
     spec = synthetic_spec(
@@ -253,3 +251,14 @@ def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, 
     assert log.points[0].iteration == 0 and log.points[0].task_end
     assert log.meta["iterations_per_task"] == [0, 8, 8]
     assert log.resources[0].buffer_bytes == held
+
+
+def test_icarl_nearest_mean_points_change_nothing_in_training(tmp_path, synthetic_spec):
+    """iCaRL's predictions compute class means with the model at every point: that must draw nothing
+    random and move no weight, so the task-end points are those of a run evaluated only at task ends."""
+    base = synthetic_spec(**{"strategy.name": "icarl", "strategy.mem_size": 12, "training.epochs": 2})
+    (on,) = run_job(base.with_overrides({"evaluation.eval_every": 1}), tmp_path / "on")
+    (off,) = run_job(base.with_overrides({"evaluation.eval_every": None}), tmp_path / "off")
+    ends_on = [(p.correct, p.total) for p in load_log(on).points if p.task_end]
+    ends_off = [(p.correct, p.total) for p in load_log(off).points if p.task_end]
+    assert len(load_log(on).points) > len(ends_on) == 3 and ends_on == ends_off
