@@ -614,70 +614,6 @@ class _EvalMode:
         self.model.train(self.was_training)
 
 
-# ---------------------------------------------------------------------- WA
-class WAParams(ERParams):
-    clip: bool = Field(
-        False, description="Clip the head's weights to non-negative after every update (the paper's option)."
-    )
-
-
-class WA(ER, Strategy[WAParams]):
-    """Weight Aligning (Zhao, Xiao, Gan, Zhang & Xia, CVPR 2020, "Maintaining Discrimination and Fairness
-    in Class Incremental Learning"): training with a replay memory biases the head towards the new
-    classes, whose weight vectors grow larger. After each task's last update the new classes' weight
-    vectors (and biases) are multiplied by ``gamma = mean ‖w_old‖ / mean ‖w_new‖``, so that their mean
-    norm equals the old classes' (eq. 7–8); ``clip`` keeps the head's weights non-negative after every
-    update (sec. 3.3). The memory and replay are :class:`ER`'s (the paper's herding exemplars and
-    distillation are left out, so that the alignment is the one difference from ``er``).
-    """
-
-    name = "wa"
-    Params = WAParams
-
-    def __init__(self, ctx: StrategyContext, params: ERParams | None = None) -> None:
-        super().__init__(ctx, params)
-        self.head = find_head(ctx.model, ctx.n_classes, strategy=self.name)
-        self.clip = cast(WAParams, self.params).clip
-        self.old_classes: list[int] = []
-        #: the gamma applied after each task (1.0 where nothing was aligned)
-        self.gammas: list[float] = []
-
-    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
-        super().after_step(x, y, first_pass=first_pass)
-        if self.clip:
-            with torch.no_grad():
-                for layer in {id(lin): lin for lin, _ in class_rows(self.head).values()}.values():
-                    layer.weight.clamp_(min=0)
-
-    def end_training(self, k: int, data: Samples) -> None:
-        old = set(self.old_classes)
-        new = sorted(c for c in data.labels.unique().tolist() if c not in old)
-        self.gammas.append(align_weights(self.head, sorted(old), new) if old and new else 1.0)
-
-    def after_task(self, k: int, data: Samples) -> None:
-        self.old_classes = self.ctx.seen.nonzero().flatten().tolist()
-
-
-def align_weights(head: nn.Module, old: list[int], new: list[int]) -> float:
-    """Scale the ``new`` classes' weight vectors and biases in ``head`` by
-    ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (WA, eq. 7); returns gamma.
-
-    >>> head = nn.Linear(2, 3, bias=False)
-    >>> _ = head.weight.data.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]]))
-    >>> round(align_weights(head, [0, 1], [2]), 6), [round(w, 6) for w in head.weight[2].tolist()]
-    (0.2, [0.6, 0.8])
-    """
-    gamma = float(head_norms(head, old).mean() / head_norms(head, new).mean())
-    rows = class_rows(head)
-    with torch.no_grad():
-        for c in new:
-            layer, row = rows[c]
-            layer.weight[row] *= gamma
-            if layer.bias is not None:
-                layer.bias[row] *= gamma
-    return gamma
-
-
 # ---------------------------------------------------------------------- iCaRL
 def herding(features: torch.Tensor, m: int) -> list[int]:
     """iCaRL's herding selection (Rebuffi et al. 2017, Algorithm 4): the rows of ``features`` (one class's
@@ -737,13 +673,13 @@ class ICaRL(Strategy[ICaRLParams]):
     """
 
     name = "icarl"
-    Params = ICaRLParams
+    Params: ClassVar[type[BaseModel]] = ICaRLParams
 
     def __init__(self, ctx: StrategyContext, params: ICaRLParams | None = None) -> None:
         super().__init__(ctx, params)
         if self.params.mem_size < ctx.n_classes:
             raise StrategyError(
-                f"strategy.params.mem_size: icarl keeps at least one exemplar per class; "
+                f"strategy.params.mem_size: {self.name} keeps at least one exemplar per class; "
                 f"{self.params.mem_size} < {ctx.n_classes} classes"
             )
         self.features = FeatureTap(ctx.model, find_head(ctx.model, ctx.n_classes, strategy=self.name))
@@ -767,7 +703,8 @@ class ICaRL(Strategy[ICaRLParams]):
             self.provisional[c] = data.take(pick)[0].to(self.ctx.device)
         self.means = None
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def replayed(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The update's batch with a replay batch of exemplars (drawn uniformly) appended, once any exist."""
         if self.replay is not None:
             mx, my = self.replay
             n = self.params.replay_batch_size or self.ctx.batch_size
@@ -775,6 +712,10 @@ class ICaRL(Strategy[ICaRLParams]):
             x = torch.cat([x, model_input(mx[idx])])
             y = torch.cat([y, my[idx]])
             self.extra_train_samples += n
+        return x, y
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = self.replayed(x, y)
         logits = self.ctx.model(x)
         loss = F.cross_entropy(self.ctx.mask(logits), y)
         if self.teacher is not None and self.old is not None and self.params.alpha > 0:
@@ -801,6 +742,11 @@ class ICaRL(Strategy[ICaRLParams]):
         self._select(data)
 
     def _select(self, data: Samples) -> None:
+        self.herd(data)
+        self.means = self._class_means()
+        self.extra_forward_samples += sum(len(v) for v in self.exemplars.values())
+
+    def herd(self, data: Samples) -> None:
         """Herding exemplars for ``data``'s classes; the older classes' sets cut to the new quota."""
         labels = data.labels
         new = [c for c in labels.unique().tolist() if c not in self.exemplars]
@@ -818,8 +764,6 @@ class ICaRL(Strategy[ICaRLParams]):
         mx = torch.cat(list(self.exemplars.values()))
         my = torch.cat([torch.full((len(v),), c, dtype=torch.long) for c, v in self.exemplars.items()])
         self.replay = (mx, my.to(self.ctx.device))
-        self.means = self._class_means()
-        self.extra_forward_samples += len(my)
 
     def after_task(self, k: int, data: Samples) -> None:
         self.teacher = copy.deepcopy(self.ctx.model).eval()
@@ -853,6 +797,116 @@ class ICaRL(Strategy[ICaRLParams]):
     def buffer_bytes(self) -> int:
         sets = [*self.exemplars.values(), *self.provisional.values()]
         return int(sum(v.nbytes + 8 * len(v) for v in sets))
+
+
+# ---------------------------------------------------------------------- WA
+class WAParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Exemplars in all, split equally among seen classes.")
+    replay_batch_size: int | None = Field(
+        None, ge=1, description="Exemplars replayed per update (default: batch size)."
+    )
+    kd_temperature: float = Field(2.0, gt=0, description="Distillation temperature T (the paper's 2).")
+    clip: bool = Field(
+        True, description="Clip the head's weights to non-negative after every update (part of the method)."
+    )
+
+
+class WA(ICaRL, Strategy[WAParams]):
+    """Weight Aligning (Zhao, Xiao, Gan, Zhang & Xia, CVPR 2020, "Maintaining Discrimination and Fairness
+    in Class Incremental Learning"), as the paper and PyCIL's ``wa.py``:
+
+    - exemplars: iCaRL's herding memory (``mem_size // classes seen`` per class, chosen when a task ends);
+      each update's batch gets a replay batch of exemplars beside it (the paper shuffles the new data and
+      the exemplars into one set; the replay batch keeps the same budget as ``er`` and ``icarl``);
+    - loss ``(1 − λ) · CE + λ · KD`` with ``λ = C_old / C_total`` (classes seen before the task over
+      classes seen now); CE over the seen classes, KD the distillation of the previous task's model on
+      the old classes' logits at temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-
+      entropy less the teacher's entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
+      λ = 0 on the first task: plain CE;
+    - weight clipping: after every update the head's weights are clipped to ≥ 0 (``clip``);
+    - weight aligning: after the task's last update (before its task-end point), the new classes' weight
+      vectors — weights only, the bias is left as it is (the paper's FC has none; PyCIL aligns
+      ``fc.weight`` only) — are multiplied by ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (eq. 7–8).
+
+    Predictions are the head's (masked) logits, not iCaRL's nearest mean of exemplars.
+    """
+
+    name = "wa"
+    Params: ClassVar[type[BaseModel]] = WAParams
+    params: WAParams  # type: ignore[assignment]
+
+    def __init__(self, ctx: StrategyContext, params: WAParams | None = None) -> None:
+        super().__init__(ctx, params)  # type: ignore[arg-type]
+        self.head = self.features.head
+        #: the gamma applied after each task (1.0 where nothing was aligned)
+        self.gammas: list[float] = []
+
+    def before_task(self, k: int, data: Samples) -> None:
+        """Nothing to prepare: WA predicts with its head, so the new classes need no provisional set."""
+
+    def kd_weight(self) -> float:
+        """λ = C_old / C_total: the classes seen before this task over the classes seen now."""
+        old = 0 if self.old is None else len(self.old)
+        return old / max(1, int(self.ctx.seen.sum()))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = self.replayed(x, y)
+        logits = self.ctx.model(x)
+        ce = F.cross_entropy(self.ctx.mask(logits), y)
+        lam = self.kd_weight()
+        if self.teacher is None or self.old is None or lam == 0:
+            return ce
+        t = self.params.kd_temperature
+        with torch.no_grad():
+            target = self.teacher(x)[:, self.old]
+        self.extra_forward_samples += len(x)
+        kd = F.kl_div(
+            F.log_softmax(logits[:, self.old] / t, dim=1),
+            F.log_softmax(target / t, dim=1),
+            reduction="batchmean",
+            log_target=True,
+        )
+        return (1 - lam) * ce + lam * kd
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        if self.params.clip:
+            with torch.no_grad():
+                for layer in {id(lin): lin for lin, _ in class_rows(self.head).values()}.values():
+                    layer.weight.clamp_(min=0)
+
+    def end_training(self, k: int, data: Samples) -> None:
+        old = [] if self.old is None else self.old.tolist()
+        new = sorted(c for c in data.labels.unique().tolist() if c not in set(old))
+        self.gammas.append(align_weights(self.head, old, new) if old and new else 1.0)
+        self.herd(data)
+
+    def learned_task(self, k: int, data: Samples) -> None:
+        self.herd(data)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ctx.logits(x)
+
+
+def align_weights(head: nn.Module, old: list[int], new: list[int]) -> float:
+    """Scale the ``new`` classes' weight vectors in ``head`` (weights only, not the bias) by
+    ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (WA, eq. 7); returns gamma.
+
+    >>> head = nn.Linear(2, 3)
+    >>> _ = head.weight.data.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]]))
+    >>> bias = head.bias.detach().clone()
+    >>> round(align_weights(head, [0, 1], [2]), 6), [round(w, 6) for w in head.weight[2].tolist()]
+    (0.2, [0.6, 0.8])
+    >>> torch.equal(head.bias, bias)
+    True
+    """
+    gamma = float(head_norms(head, old).mean() / head_norms(head, new).mean())
+    rows = class_rows(head)
+    with torch.no_grad():
+        for c in new:
+            layer, row = rows[c]
+            layer.weight[row] *= gamma
+    return gamma
 
 
 # ---------------------------------------------------------------------- DER++

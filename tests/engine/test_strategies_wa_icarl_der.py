@@ -59,6 +59,7 @@ def test_wa_aligns_the_new_classes_mean_norm_to_the_old(growing):
                 for c in classes:
                     rows[c][0].weight[rows[c][1]] *= 3.0 + c
             before = {c: rows[c][0].weight[rows[c][1]].clone() for c in classes}
+            biases = {c: rows[c][0].bias[rows[c][1]].clone() for c in classes}
         wa.end_training(k, data)
         wa.after_task(k, data)
     old, new = head_norms(wa.head, [0, 1]), head_norms(wa.head, [2, 3])
@@ -67,16 +68,63 @@ def test_wa_aligns_the_new_classes_mean_norm_to_the_old(growing):
     assert wa.gammas[0] == 1.0 and gamma < 1  # nothing to align after the first task
     for c in (2, 3):  # only rescaled: same direction, gamma times the length
         assert torch.allclose(rows[c][0].weight[rows[c][1]], gamma * before[c], atol=1e-6)
+    assert torch.equal(rows[2][0].bias[rows[2][1]], biases[2])  # weights only (PyCIL aligns fc.weight)
 
 
-def test_wa_clips_the_head_to_non_negative_weights():
+@pytest.mark.parametrize("params", [{}, {"clip": True}], ids=["default", "clip"])
+def test_wa_clips_the_head_to_non_negative_weights(params):
     model = _mlp()
     ctx = _ctx(model)
     ctx.seen[[0, 1]] = True
-    wa, _ = create_strategy("wa", {"mem_size": 10, "clip": True}, ctx)
+    wa, _ = create_strategy("wa", {"mem_size": 10, **params}, ctx)
     assert bool((model[2].weight < 0).any())
+    bias = model[2].bias.detach().clone()
+    positive = model[2].weight.detach().clamp(min=0)
     wa.after_step(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), first_pass=True)
-    assert bool((model[2].weight >= 0).all()) and bool((model[0].weight < 0).any())  # the head only
+    assert torch.equal(model[2].weight, positive)  # negatives to 0, the rest untouched
+    assert torch.equal(model[2].bias, bias) and bool((model[0].weight < 0).any())  # head weights only
+
+
+def test_wa_without_clipping_leaves_the_head_alone():
+    model = _mlp()
+    ctx = _ctx(model)
+    wa, _ = create_strategy("wa", {"mem_size": 10, "clip": False}, ctx)
+    weight = model[2].weight.detach().clone()
+    wa.after_step(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), first_pass=True)
+    assert torch.equal(model[2].weight, weight) and bool((weight < 0).any())
+
+
+def test_wa_loss_weighs_distillation_by_the_old_classes_share():
+    """(1 − λ)·CE + λ·KD with λ = C_old / C_total; KD on the old classes' logits at T = 2, checked against
+    PyCIL's soft-target cross-entropy less the teacher's entropy (a constant)."""
+    model = _mlp(6)
+    ctx = _ctx(model, n_classes=6, batch_size=4)
+    wa, _ = create_strategy("wa", {"mem_size": 12, "replay_batch_size": 3}, ctx)
+    assert isinstance(wa, WA) and wa.params.kd_temperature == 2.0
+    torch.manual_seed(1)
+    ctx.seen[[0, 1]] = True
+    first = Samples(torch.randn(8, 3), torch.tensor([0, 1] * 4))
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
+    assert wa.kd_weight() == 0.0
+    assert torch.equal(wa.loss(x, y), F.cross_entropy(ctx.logits(x), y))  # first task: CE alone
+    wa.end_training(0, first)
+    wa.after_task(0, first)
+    with torch.no_grad():  # the model moves away from its teacher
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    for seen, lam in (([2, 3], 2 / 4), ([4, 5], 2 / 6)):  # 2 old classes; 2 or 4 new ones
+        ctx.seen[seen] = True
+        assert wa.kd_weight() == pytest.approx(lam)
+        state = ctx.generator.get_state()
+        got = wa.loss(x, y + 2)
+        ctx.generator.set_state(state)
+        xr, yr = wa.replayed(x, y + 2)  # the same replay draw, exemplars of classes 0 and 1
+        assert len(yr) == 7 and set(yr[4:].tolist()) <= {0, 1}
+        ce = F.cross_entropy(ctx.logits(xr), yr)
+        soft = torch.softmax(wa.teacher(xr)[:, :2] / 2, dim=1)
+        soft_ce = -(soft * torch.log_softmax(model(xr)[:, :2] / 2, dim=1)).sum() / len(xr)
+        entropy = -(soft * soft.log()).sum() / len(xr)
+        assert torch.allclose(got, (1 - lam) * ce + lam * (soft_ce - entropy), atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.script: the refused kind
