@@ -8,6 +8,9 @@ task; 200 exemplars, a replay batch of 16), seeds 0, 1, 2. Variants of ``wa``:
 - ``wa, no aligning``: the same training, the head left as trained (γ is measured, not applied);
 - ``wa, no clipping``: ``clip: false``;
 - ``wa, no KD``: λ = 0 (cross-entropy on the new batch and the exemplars only);
+- ``wa, head bias held at 0``: the paper's head has no bias;
+- ``wa, no KD, no aligning`` (with and without clipping): herding exemplars replayed, nothing else — the
+  memory against ``er``'s;
 - ``er``: plain replay, for reference.
 
 For each: ACC, MICA and WAMICA at the end (mean ± spread over seeds), the γ = mean ‖w_old‖ / mean ‖w_new‖
@@ -85,6 +88,15 @@ class WANoKD(_Recording):
         return 0.0
 
 
+class WAReplayOnly(WANoAlign):
+    """No KD and no aligning: herding exemplars replayed beside each batch (and ``clip`` as given)."""
+
+    name = "bench-wa-replay-only"
+
+    def kd_weight(self) -> float:
+        return 0.0
+
+
 class WANoBias(_Recording):
     """The paper's head has no bias: the head's bias held at 0 (set at the start and after every update)."""
 
@@ -106,7 +118,7 @@ class WANoBias(_Recording):
 
 def register() -> None:
     """Make the variants known to :func:`clgate.engine.strategies.get_strategy` in this process."""
-    for cls in (WAFull, WANoAlign, WANoKD, WANoBias):
+    for cls in (WAFull, WANoAlign, WANoKD, WAReplayOnly, WANoBias):
         st.BUILTIN_STRATEGIES[cls.name] = cls
 
 
@@ -132,6 +144,8 @@ VARIANTS: dict[str, dict[str, object]] = {
     "wa, no clipping": {"name": WAFull.name, "clip": False},
     "wa, no KD": {"name": WANoKD.name},
     "wa, head bias held at 0": {"name": WANoBias.name},
+    "wa, no KD, no aligning": {"name": WAReplayOnly.name},
+    "wa, no KD, no aligning, no clipping": {"name": WAReplayOnly.name, "clip": False},
     "er": {"name": "er"},
 }
 
