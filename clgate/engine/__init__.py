@@ -6,7 +6,8 @@ torch is imported here and in the modules below, never in the pure core (metrics
 - :mod:`~clgate.engine.scenario` — class order and task split.
 - :mod:`~clgate.engine.models` — built-in architectures; building the candidate from its files.
 - :mod:`~clgate.engine.modelfile` — model files judged from their content before torch opens them.
-- :mod:`~clgate.engine.strategies` — finetune, joint, er, gdumb, lwf, ewc; plugins by entry point.
+- :mod:`~clgate.engine.strategies` — finetune, joint, er, gdumb, lwf, ewc, wa, icarl, derpp;
+  plugins by entry point.
 - :mod:`~clgate.engine.evaluator` — the evaluation selection; per-class counts on device-resident sets.
 - :mod:`~clgate.engine.resources` — parameters, memory bytes, mul-adds.
 - :mod:`~clgate.engine.recorder` — :class:`Recorder`: continual evaluation of your own training loop.

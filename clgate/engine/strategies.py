@@ -3,13 +3,15 @@
 A strategy sees the run through hooks called by the runner (:mod:`clgate.engine.runner`):
 
 ``before_task(k, data)`` → ``task_data(k, data)`` (what the task's updates iterate over) →
-per update ``loss(x, y)`` then ``after_step(x, y, first_pass=…)`` → ``after_task(k, data)``.
+per update ``loss(x, y)`` then ``after_step(x, y, first_pass=…)`` → ``end_training(k, data)`` → the
+task-end evaluation point → ``after_task(k, data)``. Every evaluation point predicts with
+``predict(x)`` (default: the masked logits).
 
 ``data`` is the task's training set as :class:`~clgate.engine.samples.Samples`: on the host in its
 stored dtype (an image folder is not even decoded), read per batch — :meth:`StrategyContext.read`
 gives chosen samples as model input on the device. ``x, y`` of ``loss``/``after_step`` are the
 update's batch, on the device. The optimizer is rebuilt at the start of every task.
-Built-ins: ``finetune``, ``joint``, ``er``, ``gdumb``, ``lwf``, ``ewc``.
+Built-ins: ``finetune``, ``joint``, ``er``, ``gdumb``, ``lwf``, ``ewc``, ``wa``, ``icarl``, ``derpp``.
 
 Third-party strategies: a subclass of :class:`Strategy` with a ``name`` and a pydantic ``Params``
 model, published in the ``clgate.strategies`` entry-point group of its distribution::
@@ -18,7 +20,7 @@ model, published in the ``clgate.strategies`` entry-point group of its distribut
     mystrategy = "mypackage.cl:MyStrategy"
 
 >>> sorted(BUILTIN_STRATEGIES)
-['er', 'ewc', 'finetune', 'gdumb', 'joint', 'lwf']
+['derpp', 'er', 'ewc', 'finetune', 'gdumb', 'icarl', 'joint', 'lwf', 'wa']
 >>> get_strategy("er").Params().mem_size
 200
 """
@@ -33,13 +35,15 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from clgate.engine.errors import StrategyError
-from clgate.engine.samples import Samples, iterate_batches
+from clgate.engine.models import GrowingLinear
+from clgate.engine.samples import Samples, iterate_batches, model_input
 from clgate.schemas.errors import problems_of
 
 ENTRY_POINT_GROUP = "clgate.strategies"
@@ -139,8 +143,18 @@ class Strategy(Generic[P]):
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
         """After each update; ``first_pass`` is true during the first epoch over the task's data."""
 
+    def end_training(self, k: int, data: Samples) -> None:
+        """After task ``k``'s last update, before its task-end evaluation point (WA aligns its head
+        here, iCaRL chooses its exemplars): what this does shows in the task-end point."""
+
     def after_task(self, k: int, data: Samples) -> None:
         """After task ``k``'s last update (and its task-end evaluation)."""
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Scores per class (the largest is the prediction) for a model-input batch of held-out inputs:
+        what every evaluation point predicts with, called in eval mode under ``torch.inference_mode()``.
+        Default: the model's masked logits; iCaRL's nearest-mean-of-exemplars classifier overrides it."""
+        return self.ctx.logits(x)
 
     def buffer_bytes(self) -> int:
         """Bytes of past data held (replay memory) now."""
@@ -179,12 +193,36 @@ class Joint(Strategy[NoParams]):
         return 0 if self._data is None else self._data.input_nbytes
 
 
+def stored_dtype(data: Samples) -> torch.dtype:
+    """The dtype ``data`` is stored in (uint8 for images), as a torch dtype."""
+    if isinstance(data.x, torch.Tensor):
+        return data.x.dtype
+    return torch.from_numpy(np.empty(0, dtype=data.x.dtype)).dtype
+
+
+def as_stored(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """Model input ``x`` back in stored dtype ``dtype`` (``None``: as is), the inverse of
+    :func:`~clgate.engine.samples.model_input`: a uint8 image became ``k / 255`` in float32, and
+    ``round(255 · (k / 255)) == k`` for every ``k`` in 0 … 255, so the round trip is exact and the
+    memory's samples, converted per batch again, are bit for bit the model input they came from."""
+    if dtype is None or x.dtype == dtype:
+        return x
+    if dtype == torch.uint8:
+        return (x * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+    return x.to(dtype)
+
+
 class _Memory:
-    """A fixed-size sample memory on the device, with per-class slot bookkeeping on the host."""
+    """A fixed-size sample memory on the device, with per-class slot bookkeeping on the host.
+
+    Inputs are held in their stored dtype (``dtype``: uint8 for images, a quarter of the float32 model
+    input), converted per batch by :meth:`inputs`; ``None`` until a strategy names it: then as written.
+    """
 
     def __init__(self, size: int, device: torch.device) -> None:
         self.size = size
         self.device = device
+        self.dtype: torch.dtype | None = None
         self.x: torch.Tensor | None = None
         self.y: torch.Tensor | None = None
         self.labels: list[int] = []
@@ -194,21 +232,32 @@ class _Memory:
     def filled(self) -> int:
         return len(self.labels)
 
+    def expect(self, data: Samples) -> None:
+        """Hold inputs the way ``data`` stores them."""
+        if self.dtype is None:
+            self.dtype = stored_dtype(data)
+
     def _alloc(self, x: torch.Tensor) -> None:
         if self.x is None:
             self.x = torch.empty((self.size, *x.shape[1:]), dtype=x.dtype, device=self.device)
             self.y = torch.empty(self.size, dtype=torch.long, device=self.device)
 
     def write(self, x: torch.Tensor, y: torch.Tensor, writes: dict[int, int]) -> None:
-        """Apply ``slot → batch index`` writes with one indexed copy."""
+        """Apply ``slot → batch index`` writes with one indexed copy; ``x`` is model input or stored."""
         if not writes:
             return
-        self._alloc(x)
+        src = torch.tensor(list(writes.values()), device=x.device)
+        rows = as_stored(x[src], self.dtype)
+        self._alloc(rows)
         assert self.x is not None and self.y is not None
         dst = torch.tensor(list(writes.keys()), device=self.device)
-        src = torch.tensor(list(writes.values()), device=x.device)
-        self.x[dst] = x[src]
-        self.y[dst] = y[src]
+        self.x[dst] = rows.to(self.device)
+        self.y[dst] = y[src].to(self.device)
+
+    def inputs(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The samples at slots ``idx`` as model input, and their labels."""
+        assert self.x is not None and self.y is not None
+        return model_input(self.x[idx]), self.y[idx]
 
     def place(self, slot: int | None, label: int) -> int:
         """Book ``label`` into ``slot`` (``None``: the next free one); returns the slot."""
@@ -227,12 +276,14 @@ class _Memory:
         return [c for c, s in self.slots.items() if len(s) == most]
 
     def nbytes(self) -> int:
+        """Bytes held: the filled slots' stored inputs and int64 labels."""
         if self.x is None or self.y is None:
             return 0
         n = self.filled
         return int(self.x[0].nbytes * n + self.y[0].nbytes * n)
 
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filled slots, inputs in stored dtype."""
         assert self.x is not None and self.y is not None
         return self.x[: self.filled], self.y[: self.filled]
 
@@ -270,17 +321,21 @@ class ER(Strategy[ERParams]):
         if mem.filled:
             n = self.params.replay_batch_size or self.ctx.batch_size
             idx = torch.randint(mem.filled, (n,), generator=self.ctx.generator).to(self.ctx.device)
-            assert mem.x is not None and mem.y is not None
-            x = torch.cat([x, mem.x[idx]])
-            y = torch.cat([y, mem.y[idx]])
+            mx, my = mem.inputs(idx)
+            x = torch.cat([x, mx])
+            y = torch.cat([y, my])
             self.extra_train_samples += n
         return F.cross_entropy(self.ctx.logits(x), y)
+
+    def before_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
 
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
         if first_pass:
             self.observe(x, y)
 
     def learned_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
         order = torch.randperm(len(data), generator=self.ctx.generator)
         for x, y in self.ctx.stream(data, order):
             self.observe(x, y)
@@ -354,7 +409,8 @@ class GDumb(Strategy[GDumbParams]):
                 slot = mem.slots[victim_class][rng.randrange(len(mem.slots[victim_class]))]
                 writes[mem.place(slot, c)] = i
         if writes:
-            xs, ys = self.ctx.read(data, order[list(writes.values())])
+            mem.expect(data)
+            xs, ys = data.take(order[list(writes.values())])  # stored dtype: what the memory holds
             mem.write(xs, ys, {slot: j for j, slot in enumerate(writes)})
 
     def task_data(self, k: int, data: Samples) -> Samples:
@@ -476,8 +532,475 @@ class EWC(Strategy[EWCParams]):
         self.anchor = [p.detach().clone() for p in params]
 
 
+# ---------------------------------------------------------------------- the head and the features
+def find_head(model: nn.Module, n_classes: int, *, strategy: str) -> nn.Module:
+    """The model's classification head: its last ``nn.Linear`` with ``n_classes`` outputs, or its growing
+    head (:class:`~clgate.engine.models.GrowingLinear`), in module order.
+
+    The convention WA and iCaRL rely on: the head's rows are the classes' weight vectors, and its input
+    is the model's feature vector (its penultimate layer). A model without one (a TorchScript model's
+    layers cannot be seen or hooked either) is a :class:`StrategyError`.
+    """
+    growing = [m for m in model.modules() if isinstance(m, GrowingLinear)]
+    blocks = {id(b) for g in growing for b in g.blocks}
+    heads = [
+        m
+        for m in model.modules()
+        if isinstance(m, GrowingLinear)
+        or (isinstance(m, nn.Linear) and m.out_features == n_classes and id(m) not in blocks)
+    ]
+    if not heads:
+        raise StrategyError(
+            f"strategy.name: {strategy} needs the model's head, its last nn.Linear with {n_classes} "
+            "outputs (or a growing head); this model has none (a TorchScript model's layers cannot be "
+            "reached): use a built-in architecture or safetensors weights with model.arch"
+        )
+    return heads[-1]
+
+
+def class_rows(head: nn.Module) -> dict[int, tuple[nn.Linear, int]]:
+    """Where each class's weight vector lives in ``head``: class → (linear layer, row)."""
+    if isinstance(head, GrowingLinear):
+        out: dict[int, tuple[nn.Linear, int]] = {}
+        classes = head.classes.tolist()
+        for block in head.blocks:
+            assert isinstance(block, nn.Linear)
+            for row in range(block.out_features):
+                out[classes[len(out)]] = (block, row)
+        return out
+    assert isinstance(head, nn.Linear)
+    return {c: (head, c) for c in range(head.out_features)}
+
+
+def head_norms(head: nn.Module, classes: list[int]) -> torch.Tensor:
+    """The L2 norms of ``classes``' weight vectors in ``head``."""
+    rows = class_rows(head)
+    return torch.stack([rows[c][0].weight[rows[c][1]].detach().float().norm() for c in classes])
+
+
+class FeatureTap:
+    """The model's features for a batch: the input of its head, caught by a forward pre-hook while the
+    model runs (flattened to ``(N, D)``)."""
+
+    def __init__(self, model: nn.Module, head: nn.Module) -> None:
+        self.model, self.head = model, head
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        caught: list[torch.Tensor] = []
+        handle = self.head.register_forward_pre_hook(lambda _m, args: caught.append(args[0]))
+        try:
+            self.model(x)
+        finally:
+            handle.remove()
+        if not caught:
+            raise StrategyError("strategy.name: the model's forward never called its head")
+        return caught[-1].flatten(1).float()
+
+
+class _EvalMode:
+    """The model in eval mode, without gradients, for a feature pass; its mode restored afterwards."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.was_training = model.training
+        self.no_grad = torch.no_grad()
+
+    def __enter__(self) -> None:
+        self.model.eval()
+        self.no_grad.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.no_grad.__exit__(*exc)
+        self.model.train(self.was_training)
+
+
+# ---------------------------------------------------------------------- iCaRL
+def herding(features: torch.Tensor, m: int) -> list[int]:
+    """iCaRL's herding selection (Rebuffi et al. 2017, Algorithm 4): the rows of ``features`` (one class's
+    samples) chosen one by one, each the sample whose addition brings the mean of the chosen ones closest
+    to the class mean, on L2-normalised features; in priority order (a prefix is the smaller memory).
+
+    >>> herding(torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]), 2)
+    [2, 0]
+    """
+    f = F.normalize(features.float(), dim=1)
+    mu = f.mean(dim=0)
+    chosen: list[int] = []
+    running = torch.zeros_like(mu)
+    free = torch.ones(len(f), dtype=torch.bool, device=f.device)
+    for k in range(1, min(m, len(f)) + 1):
+        distance = (mu - (running + f) / k).norm(dim=1).masked_fill(~free, float("inf"))
+        i = int(distance.argmin())
+        chosen.append(i)
+        free[i] = False
+        running += f[i]
+    return chosen
+
+
+def nme_scores(features: torch.Tensor, means: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
+    """Nearest-mean-of-exemplars scores (iCaRL, Algorithm 1): minus the distance of each L2-normalised
+    feature vector to each class mean (rows of ``means``); −inf for classes without one (``~known``).
+
+    >>> means = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    >>> nme_scores(torch.tensor([[0.2, 0.9]]), means, torch.tensor([True, True, False])).argmax(1)
+    tensor([1])
+    """
+    distance = torch.cdist(F.normalize(features.float(), dim=1), means.float())
+    return (-distance).masked_fill(~known, float("-inf"))
+
+
+class ICaRLParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Exemplars in all, split equally among seen classes.")
+    replay_batch_size: int | None = Field(
+        None, ge=1, description="Exemplars replayed per update (default: batch size)."
+    )
+    alpha: float = Field(1.0, ge=0, description="Weight of the distillation loss on old classes.")
+    temperature: float = Field(2.0, gt=0, description="Distillation temperature T.")
+
+
+class ICaRL(Strategy[ICaRLParams]):
+    """iCaRL (Rebuffi, Kolesnikov, Sperl & Lampert, CVPR 2017, "iCaRL: Incremental Classifier and
+    Representation Learning"). Exemplars: ``mem_size // classes seen`` per class, chosen by herding on
+    the model's L2-normalised features when a task ends (Algorithm 4; the older classes' sets cut to
+    their first ones, Algorithm 5). Training: each update's batch plus a replay batch of exemplars, with
+    cross-entropy and a distillation of the previous model's outputs on the old classes — the common
+    CE + KD variant (``CE + alpha · T² · KL(p_old^T ‖ p_new^T)``, as LwF), not the paper's sigmoid
+    binary cross-entropy. Prediction: the nearest mean of exemplars (Algorithm 1): class means of the
+    normalised features of the exemplars (re-normalised), recomputed with the current model at each
+    evaluation point; a class of the task being learned is represented, until its exemplars are chosen,
+    by as many random samples of its own. Features are the input of the model's head (:func:`find_head`).
+    """
+
+    name = "icarl"
+    Params: ClassVar[type[BaseModel]] = ICaRLParams
+
+    def __init__(self, ctx: StrategyContext, params: ICaRLParams | None = None) -> None:
+        super().__init__(ctx, params)
+        if self.params.mem_size < ctx.n_classes:
+            raise StrategyError(
+                f"strategy.params.mem_size: {self.name} keeps at least one exemplar per class; "
+                f"{self.params.mem_size} < {ctx.n_classes} classes"
+            )
+        self.features = FeatureTap(ctx.model, find_head(ctx.model, ctx.n_classes, strategy=self.name))
+        self.exemplars: dict[int, torch.Tensor] = {}  # class → its exemplars (stored dtype), by priority
+        self.provisional: dict[int, torch.Tensor] = {}  # the current task's classes until it ends
+        self.replay: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.teacher: nn.Module | None = None
+        self.old: torch.Tensor | None = None
+        self.means: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _quota(self, n_classes: int) -> int:
+        return self.params.mem_size // max(1, n_classes)
+
+    def before_task(self, k: int, data: Samples) -> None:
+        labels = data.labels
+        new = [c for c in labels.unique().tolist() if c not in self.exemplars]
+        m = self._quota(len(self.exemplars) + len(new))
+        for c in new:
+            where = (labels == c).nonzero().flatten()
+            pick = where[torch.randperm(len(where), generator=self.ctx.generator)[:m]]
+            self.provisional[c] = data.take(pick)[0].to(self.ctx.device)
+        self.means = None
+
+    def replayed(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The update's batch with a replay batch of exemplars (drawn uniformly) appended, once any exist."""
+        if self.replay is not None:
+            mx, my = self.replay
+            n = self.params.replay_batch_size or self.ctx.batch_size
+            idx = torch.randint(len(my), (n,), generator=self.ctx.generator).to(self.ctx.device)
+            x = torch.cat([x, model_input(mx[idx])])
+            y = torch.cat([y, my[idx]])
+            self.extra_train_samples += n
+        return x, y
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = self.replayed(x, y)
+        logits = self.ctx.model(x)
+        loss = F.cross_entropy(self.ctx.mask(logits), y)
+        if self.teacher is not None and self.old is not None and self.params.alpha > 0:
+            t = self.params.temperature
+            with torch.no_grad():
+                target = self.teacher(x)[:, self.old]
+            self.extra_forward_samples += len(x)
+            kd = F.kl_div(
+                F.log_softmax(logits[:, self.old] / t, dim=1),
+                F.log_softmax(target / t, dim=1),
+                reduction="batchmean",
+                log_target=True,
+            )
+            loss = loss + self.params.alpha * t * t * kd
+        return loss
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        self.means = None  # the features moved
+
+    def end_training(self, k: int, data: Samples) -> None:
+        self._select(data)
+
+    def learned_task(self, k: int, data: Samples) -> None:
+        self._select(data)
+
+    def _select(self, data: Samples) -> None:
+        self.herd(data)
+        self.means = self._class_means()
+        self.extra_forward_samples += sum(len(v) for v in self.exemplars.values())
+
+    def herd(self, data: Samples) -> None:
+        """Herding exemplars for ``data``'s classes; the older classes' sets cut to the new quota."""
+        labels = data.labels
+        new = [c for c in labels.unique().tolist() if c not in self.exemplars]
+        m = self._quota(len(self.exemplars) + len(new))
+        for c in self.exemplars:
+            self.exemplars[c] = self.exemplars[c][:m]
+        with _EvalMode(self.ctx.model):
+            feats = torch.cat([self.features(x) for x, _ in self.ctx.stream(data, torch.arange(len(data)))])
+        self.extra_forward_samples += len(data)
+        for c in new:
+            where = (labels == c).nonzero().flatten()
+            pick = where[herding(feats[where.to(feats.device)], m)]
+            self.exemplars[c] = data.take(pick)[0].to(self.ctx.device)
+        self.provisional = {}
+        mx = torch.cat(list(self.exemplars.values()))
+        my = torch.cat([torch.full((len(v),), c, dtype=torch.long) for c, v in self.exemplars.items()])
+        self.replay = (mx, my.to(self.ctx.device))
+
+    def after_task(self, k: int, data: Samples) -> None:
+        self.teacher = copy.deepcopy(self.ctx.model).eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.old = self.ctx.seen.nonzero().flatten().clone()
+
+    def _class_means(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each class's mean of normalised exemplar features (re-normalised), and which classes have one."""
+        sets = {**self.exemplars, **self.provisional}
+        means: torch.Tensor | None = None
+        known = torch.zeros(self.ctx.n_classes, dtype=torch.bool, device=self.ctx.device)
+        with _EvalMode(self.ctx.model):
+            for c, stored in sets.items():
+                f = torch.cat([self.features(model_input(b)) for b in stored.split(256)])
+                mu = F.normalize(F.normalize(f, dim=1).mean(dim=0), dim=0)
+                if means is None:
+                    means = torch.zeros(self.ctx.n_classes, len(mu), device=self.ctx.device)
+                means[c] = mu
+                known[c] = True
+        if means is None:
+            raise StrategyError("icarl: no exemplar yet to predict with")
+        return means, known
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        if self.means is None:
+            self.means = self._class_means()
+        means, known = self.means
+        return nme_scores(self.features(x), means, known)
+
+    def buffer_bytes(self) -> int:
+        sets = [*self.exemplars.values(), *self.provisional.values()]
+        return int(sum(v.nbytes + 8 * len(v) for v in sets))
+
+
+# ---------------------------------------------------------------------- WA
+class WAParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Exemplars in all, split equally among seen classes.")
+    replay_batch_size: int | None = Field(
+        None, ge=1, description="Exemplars replayed per update (default: batch size)."
+    )
+    kd_temperature: float = Field(2.0, gt=0, description="Distillation temperature T (the paper's 2).")
+    clip: bool = Field(
+        True, description="Clip the head's weights to non-negative after every update (part of the method)."
+    )
+
+
+class WA(ICaRL, Strategy[WAParams]):
+    """Weight Aligning (Zhao, Xiao, Gan, Zhang & Xia, CVPR 2020, "Maintaining Discrimination and Fairness
+    in Class Incremental Learning"), as the paper and PyCIL's ``wa.py``:
+
+    - exemplars: iCaRL's herding memory (``mem_size // classes seen`` per class, chosen when a task ends);
+      each update's batch gets a replay batch of exemplars beside it (the paper shuffles the new data and
+      the exemplars into one set; the replay batch keeps the same budget as ``er`` and ``icarl``);
+    - loss ``(1 − λ) · CE + λ · KD`` with ``λ = C_old / C_total`` (classes seen before the task over
+      classes seen now); CE over the seen classes, KD the distillation of the previous task's model on
+      the old classes' logits at temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-
+      entropy less the teacher's entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
+      λ = 0 on the first task: plain CE;
+    - weight clipping: after every update the head's weights are clipped to ≥ 0 (``clip``);
+    - weight aligning: after the task's last update (before its task-end point), the new classes' weight
+      vectors — weights only, the bias is left as it is (the paper's FC has none; PyCIL aligns
+      ``fc.weight`` only) — are multiplied by ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (eq. 7–8).
+
+    Predictions are the head's (masked) logits, not iCaRL's nearest mean of exemplars.
+    """
+
+    name = "wa"
+    Params: ClassVar[type[BaseModel]] = WAParams
+    params: WAParams  # type: ignore[assignment]
+
+    def __init__(self, ctx: StrategyContext, params: WAParams | None = None) -> None:
+        super().__init__(ctx, params)  # type: ignore[arg-type]
+        self.head = self.features.head
+        #: the gamma applied after each task (1.0 where nothing was aligned)
+        self.gammas: list[float] = []
+
+    def before_task(self, k: int, data: Samples) -> None:
+        """Nothing to prepare: WA predicts with its head, so the new classes need no provisional set."""
+
+    def kd_weight(self) -> float:
+        """λ = C_old / C_total: the classes seen before this task over the classes seen now."""
+        old = 0 if self.old is None else len(self.old)
+        return old / max(1, int(self.ctx.seen.sum()))
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = self.replayed(x, y)
+        logits = self.ctx.model(x)
+        ce = F.cross_entropy(self.ctx.mask(logits), y)
+        lam = self.kd_weight()
+        if self.teacher is None or self.old is None or lam == 0:
+            return ce
+        t = self.params.kd_temperature
+        with torch.no_grad():
+            target = self.teacher(x)[:, self.old]
+        self.extra_forward_samples += len(x)
+        kd = F.kl_div(
+            F.log_softmax(logits[:, self.old] / t, dim=1),
+            F.log_softmax(target / t, dim=1),
+            reduction="batchmean",
+            log_target=True,
+        )
+        return (1 - lam) * ce + lam * kd
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        if self.params.clip:
+            with torch.no_grad():
+                for layer in {id(lin): lin for lin, _ in class_rows(self.head).values()}.values():
+                    layer.weight.clamp_(min=0)
+
+    def end_training(self, k: int, data: Samples) -> None:
+        old = [] if self.old is None else self.old.tolist()
+        new = sorted(c for c in data.labels.unique().tolist() if c not in set(old))
+        self.gammas.append(align_weights(self.head, old, new) if old and new else 1.0)
+        self.herd(data)
+
+    def learned_task(self, k: int, data: Samples) -> None:
+        self.herd(data)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ctx.logits(x)
+
+
+def align_weights(head: nn.Module, old: list[int], new: list[int]) -> float:
+    """Scale the ``new`` classes' weight vectors in ``head`` (weights only, not the bias) by
+    ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (WA, eq. 7); returns gamma.
+
+    >>> head = nn.Linear(2, 3)
+    >>> _ = head.weight.data.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [3.0, 4.0]]))
+    >>> bias = head.bias.detach().clone()
+    >>> round(align_weights(head, [0, 1], [2]), 6), [round(w, 6) for w in head.weight[2].tolist()]
+    (0.2, [0.6, 0.8])
+    >>> torch.equal(head.bias, bias)
+    True
+    """
+    gamma = float(head_norms(head, old).mean() / head_norms(head, new).mean())
+    rows = class_rows(head)
+    with torch.no_grad():
+        for c in new:
+            layer, row = rows[c]
+            layer.weight[row] *= gamma
+    return gamma
+
+
+# ---------------------------------------------------------------------- DER++
+class DERParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mem_size: int = Field(200, ge=1, description="Memory size M (samples, with their logits).")
+    alpha: float = Field(0.2, ge=0, description="Weight of the logit-matching (MSE) term.")
+    beta: float = Field(1.0, ge=0, description="Weight of the replayed labels' cross-entropy term.")
+    replay_batch_size: int | None = Field(
+        None, ge=1, description="Replay samples per term and update (default: batch size)."
+    )
+
+
+class DERpp(Strategy[DERParams]):
+    """DER++ (Buzzega, Boschini, Porrello, Abati & Calderara, NeurIPS 2020, "Dark Experience for General
+    Continual Learning"): a reservoir memory (Vitter's algorithm R over the stream of training samples,
+    each entering once, in its task's first epoch) keeps each sample's input, label and the logits the
+    model gave it when it was written. ``loss = CE(x, y) + alpha · MSE(f(x'), z') + beta · CE(f(x''), y'')``
+    with ``(x', z')`` and ``(x'', y'')`` two independent draws from the memory (eq. 6). The logits ``z``
+    are the raw outputs of the update's forward pass (before its step, as the authors' code), kept for the
+    classes seen at insertion: with a growing head, later classes are not compared.
+    """
+
+    name = "derpp"
+    Params = DERParams
+
+    def __init__(self, ctx: StrategyContext, params: DERParams | None = None) -> None:
+        super().__init__(ctx, params)
+        self.memory = _Memory(self.params.mem_size, ctx.device)
+        self.targets = torch.zeros(self.params.mem_size, ctx.n_classes, device=ctx.device)
+        self.width = torch.zeros(self.params.mem_size, ctx.n_classes, dtype=torch.bool, device=ctx.device)
+        self.n_seen = 0
+        self.last_logits: torch.Tensor | None = None
+
+    def before_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
+
+    def _draw(self) -> torch.Tensor:
+        n = self.params.replay_batch_size or self.ctx.batch_size
+        self.extra_train_samples += n
+        return torch.randint(self.memory.filled, (n,), generator=self.ctx.generator).to(self.ctx.device)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = self.ctx.model(x)
+        self.last_logits = out.detach()
+        loss = F.cross_entropy(self.ctx.mask(out), y)
+        if self.memory.filled and self.params.alpha > 0:
+            idx = self._draw()
+            mx, _ = self.memory.inputs(idx)
+            width = self.width[idx]
+            got = self.ctx.model(mx).masked_fill(~width, 0.0)
+            mse = ((got - self.targets[idx]) ** 2).sum() / width.sum().clamp(min=1)
+            loss = loss + self.params.alpha * mse
+        if self.memory.filled and self.params.beta > 0:
+            mx, my = self.memory.inputs(self._draw())
+            loss = loss + self.params.beta * F.cross_entropy(self.ctx.logits(mx), my)
+        return loss
+
+    def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
+        if first_pass and self.last_logits is not None:
+            self.observe(x, y, self.last_logits)
+
+    def observe(self, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> None:
+        """Reservoir-insert the batch ``(x, y)`` with the ``logits`` the model gave it."""
+        mem = self.memory
+        writes: dict[int, int] = {}
+        for i, c in enumerate(y.tolist()):
+            self.n_seen += 1
+            if mem.filled < mem.size:
+                writes[mem.place(None, c)] = i
+            elif (j := self.ctx.rng.randrange(self.n_seen)) < mem.size:
+                writes[mem.place(j, c)] = i
+        if writes:
+            mem.write(x, y, writes)
+            dst = torch.tensor(list(writes.keys()), device=self.ctx.device)
+            src = torch.tensor(list(writes.values()), device=logits.device)
+            self.width[dst] = self.ctx.seen
+            self.targets[dst] = logits[src].float().masked_fill(~self.ctx.seen, 0.0).to(self.ctx.device)
+
+    def learned_task(self, k: int, data: Samples) -> None:
+        self.memory.expect(data)
+        order = torch.randperm(len(data), generator=self.ctx.generator)
+        with _EvalMode(self.ctx.model):
+            for x, y in self.ctx.stream(data, order):
+                self.observe(x, y, self.ctx.model(x))
+        self.extra_forward_samples += len(data)
+
+    def buffer_bytes(self) -> int:
+        n = self.memory.filled
+        return self.memory.nbytes() + n * self.ctx.n_classes * (self.targets.element_size() + 1)
+
+
 BUILTIN_STRATEGIES: dict[str, type[Strategy[Any]]] = {
-    cls.name: cls for cls in (Finetune, Joint, ER, GDumb, LwF, EWC)
+    cls.name: cls for cls in (Finetune, Joint, ER, GDumb, LwF, EWC, WA, ICaRL, DERpp)
 }
 
 

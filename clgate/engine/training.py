@@ -286,7 +286,7 @@ class SeedRun:
             ctx.seen[torch.tensor(classes, device=self.device)] = True
             if grow_head(model, classes):  # a growing head: this task's rows, and its larger cost
                 self.cost = measure_costs(model, example)
-            self._task(k, model, strategy, ctx.logits, example)
+            self._task(k, model, strategy, strategy.predict, example)
             if k < len(self.tasks) - 1:
                 self._stop_check()
         final = self._save_model(model) if spec.training.save_final else None
@@ -365,6 +365,7 @@ class SeedRun:
             else:
                 self._report()
             self._stop_check()
+        strategy.end_training(k, task)
         self._point(model, predict, iteration=self.iteration, task=k + 1, task_end=True)
         return trained
 

@@ -243,7 +243,8 @@ def _model_at(path: Path, spec, data) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("strategy", ["finetune", "joint", "er", "gdumb", "lwf", "ewc"])
+# icarl predicts with its nearest-mean-of-exemplars classifier, not the model's logits: not comparable here
+@pytest.mark.parametrize("strategy", ["finetune", "joint", "er", "gdumb", "lwf", "ewc", "wa", "derpp"])
 def test_trusted_counts_equal_the_in_process_evaluator_on_the_same_model(tmp_path, digits_spec, strategy):
     """The end of every strategy's run, on digits: the trusted side's counts from the child's predictions
     are the in-process evaluator's counts on the final model (the evaluator the runner used to call)."""
