@@ -817,10 +817,11 @@ class WA(ICaRL, Strategy[WAParams]):
       as the paper, a task's updates iterate over one shuffled set, the task's new samples and the
       exemplars together (:meth:`task_data`; no separate replay batch), so new classes outnumber old ones
       in every epoch — the imbalance that aligning corrects;
-    - loss ``(1 − λ) · CE + λ · KD`` on every sample of the batch (new or exemplar) with ``λ = C_old / C_total`` (classes seen before the task over
-      classes seen now); CE over the seen classes, KD the distillation of the previous task's model on
-      the old classes' logits at temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-
-      entropy less the teacher's entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
+    - loss ``(1 − λ) · CE + λ · KD`` on every sample of the batch (new or exemplar) with
+      ``λ = C_old / C_total`` (classes seen before the task over classes seen now); CE over the seen
+      classes, KD the distillation of the previous task's model on the old classes' logits at
+      temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-entropy less the teacher's
+      entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
       λ = 0 on the first task: plain CE;
     - weight clipping: after every update the head's weights are clipped to ≥ 0 (``clip``);
     - weight aligning: after the task's last update (before its task-end point), the new classes' weight

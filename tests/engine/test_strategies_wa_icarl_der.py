@@ -129,7 +129,7 @@ def test_wa_loss_weighs_distillation_by_the_old_classes_share():
 
 @pytest.mark.parametrize("stored", [np.uint8, np.float32], ids=["uint8", "float32"])
 def test_wa_task_data_is_the_new_samples_and_exactly_the_exemplars(stored):
-    """The paper's one training set per task: the task's samples followed by every exemplar, in stored dtype."""
+    """The paper's one training set per task: the task's samples, then every exemplar, in stored dtype."""
     model = _mlp(6)
     ctx = _ctx(model, n_classes=6)
     wa, _ = create_strategy("wa", {"mem_size": 6}, ctx)
