@@ -2,10 +2,11 @@
 
 One scenario — scikit-learn's digits in 5 tasks of 2 classes, the example spec
 ``examples/jobs/digits-er.yaml`` (MLP 2×400, SGD lr 0.05, batch 16, 5 epochs per task, a point every 5
-updates) — and one budget for every memory method: ``mem_size`` 200 samples, a replay batch of 16
-beside each new batch of 16. Each strategy runs the same seeds (default 0, 1, 2; one job, one log per
-seed). The table gives, at the end of the last task, the mean and spread over seeds of ACC (average
-accuracy over tasks), MICA (the worst class's accuracy), the run's WAMICA (worst class, weighted over
+updates) — and one budget for every memory method: ``mem_size`` 200 samples; ER, iCaRL and DER++ add
+a replay batch of 16 beside each new batch of 16, WA (as its paper) trains each task on one shuffled set
+of the task's samples and its exemplars. Each strategy runs the same seeds (default 0, 1, 2; one job,
+one log per seed). The table gives, at the end of the last task, the mean and spread over seeds of ACC
+(average accuracy over tasks), MICA (the worst class's accuracy), the run's WAMICA (worst class, weighted over
 the run), the memory held (``buffer_bytes``), the mul-adds trained (``ops_train``, summed over tasks)
 and, from the final model's head, ``γ = mean ‖w_old‖ / mean ‖w_new‖`` with the last task's classes as
 the new ones: the factor WA would apply to that model (WA's premise is γ < 1: the new classes' weight
@@ -38,7 +39,7 @@ from clgate.metrics import compute_metrics  # noqa: E402 - after the sys.path in
 STRATEGIES: dict[str, dict[str, object]] = {
     "finetune": {},
     "er": {"mem_size": 200, "replay_batch_size": 16},
-    "wa": {"mem_size": 200, "replay_batch_size": 16},
+    "wa": {"mem_size": 200},
     "icarl": {"mem_size": 200, "replay_batch_size": 16},
     "derpp": {"mem_size": 200, "replay_batch_size": 16},
 }

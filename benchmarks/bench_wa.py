@@ -2,15 +2,16 @@
 
 The scenario and budget of ``benchmarks/bench_strategies.py`` (the example spec
 ``examples/jobs/digits-er.yaml``: 5 tasks of 2 classes, MLP 2×400, SGD lr 0.05, batch 16, 5 epochs per
-task; 200 exemplars, a replay batch of 16), seeds 0, 1, 2. Variants of ``wa``:
+task; 200 exemplars; ``er`` replays a batch of 16 beside each batch, ``wa`` trains each task on its new
+samples and the exemplars shuffled together, as the paper), seeds 0, 1, 2. Variants of ``wa``:
 
 - ``wa``: the method (herding exemplars, (1 − λ)·CE + λ·KD, weight clipping, weight aligning);
 - ``wa, no aligning``: the same training, the head left as trained (γ is measured, not applied);
 - ``wa, no clipping``: ``clip: false``;
-- ``wa, no KD``: λ = 0 (cross-entropy on the new batch and the exemplars only);
+- ``wa, no KD``: λ = 0 (cross-entropy on the task's new samples and the exemplars only);
 - ``wa, head bias held at 0``: the paper's head has no bias;
-- ``wa, no KD, no aligning`` (with and without clipping): herding exemplars replayed, nothing else — the
-  memory against ``er``'s;
+- ``wa, no KD, no aligning`` (with and without clipping): herding exemplars trained with the new
+  samples, nothing else;
 - ``er``: plain replay, for reference.
 
 For each: ACC, MICA and WAMICA at the end (mean ± spread over seeds), the γ = mean ‖w_old‖ / mean ‖w_new‖
@@ -89,7 +90,7 @@ class WANoKD(_Recording):
 
 
 class WAReplayOnly(WANoAlign):
-    """No KD and no aligning: herding exemplars replayed beside each batch (and ``clip`` as given)."""
+    """No KD and no aligning: herding exemplars in the task's set (and ``clip`` as given)."""
 
     name = "bench-wa-replay-only"
 
@@ -153,7 +154,11 @@ VARIANTS: dict[str, dict[str, object]] = {
 def run(strategy: dict[str, object], seeds: list[int], epochs: int, out: Path) -> dict[str, Any]:
     spec = load_job(REPO / "examples/jobs/digits-er.yaml").with_overrides(
         {
-            "strategy": {**strategy, "mem_size": 200, "replay_batch_size": 16},
+            "strategy": {
+                **strategy,
+                "mem_size": 200,
+                **({"replay_batch_size": 16} if strategy["name"] == "er" else {}),
+            },
             "seeds": seeds,
             "training.epochs": epochs,
             "device": "cpu",

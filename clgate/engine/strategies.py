@@ -803,9 +803,6 @@ class ICaRL(Strategy[ICaRLParams]):
 class WAParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mem_size: int = Field(200, ge=1, description="Exemplars in all, split equally among seen classes.")
-    replay_batch_size: int | None = Field(
-        None, ge=1, description="Exemplars replayed per update (default: batch size)."
-    )
     kd_temperature: float = Field(2.0, gt=0, description="Distillation temperature T (the paper's 2).")
     clip: bool = Field(
         True, description="Clip the head's weights to non-negative after every update (part of the method)."
@@ -817,12 +814,14 @@ class WA(ICaRL, Strategy[WAParams]):
     in Class Incremental Learning"), as the paper and PyCIL's ``wa.py``:
 
     - exemplars: iCaRL's herding memory (``mem_size // classes seen`` per class, chosen when a task ends);
-      each update's batch gets a replay batch of exemplars beside it (the paper shuffles the new data and
-      the exemplars into one set; the replay batch keeps the same budget as ``er`` and ``icarl``);
-    - loss ``(1 − λ) · CE + λ · KD`` with ``λ = C_old / C_total`` (classes seen before the task over
-      classes seen now); CE over the seen classes, KD the distillation of the previous task's model on
-      the old classes' logits at temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-
-      entropy less the teacher's entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
+      as the paper, a task's updates iterate over one shuffled set, the task's new samples and the
+      exemplars together (:meth:`task_data`; no separate replay batch), so new classes outnumber old ones
+      in every epoch — the imbalance that aligning corrects;
+    - loss ``(1 − λ) · CE + λ · KD`` on every sample of the batch (new or exemplar) with
+      ``λ = C_old / C_total`` (classes seen before the task over classes seen now); CE over the seen
+      classes, KD the distillation of the previous task's model on the old classes' logits at
+      temperature ``T``, ``KL(p_old^T ‖ p^T)`` (PyCIL's soft-target cross-entropy less the teacher's
+      entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
       λ = 0 on the first task: plain CE;
     - weight clipping: after every update the head's weights are clipped to ≥ 0 (``clip``);
     - weight aligning: after the task's last update (before its task-end point), the new classes' weight
@@ -850,8 +849,20 @@ class WA(ICaRL, Strategy[WAParams]):
         old = 0 if self.old is None else len(self.old)
         return old / max(1, int(self.ctx.seen.sum()))
 
+    def task_data(self, k: int, data: Samples) -> Samples:
+        """The task's new samples followed by every exemplar held, in stored dtype: one set that the
+        task's updates shuffle and iterate over (on the host unless the task's source is on the device)."""
+        if self.replay is None:
+            return data
+        mx, my = self.replay
+        x, y = data.take(torch.arange(len(data)))
+        return Samples(torch.cat([x, mx.to(x.device)]), torch.cat([y.to(x.device), my.to(x.device)]))
+
+    def expected_train_size(self, k: int, sizes: list[int]) -> int:
+        """The task's size plus the exemplars (at most ``mem_size``, at most the samples seen before)."""
+        return sizes[k] + min(self.params.mem_size, sum(sizes[:k]))
+
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        x, y = self.replayed(x, y)
         logits = self.ctx.model(x)
         ce = F.cross_entropy(self.ctx.mask(logits), y)
         lam = self.kd_weight()

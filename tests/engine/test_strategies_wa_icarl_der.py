@@ -95,11 +95,12 @@ def test_wa_without_clipping_leaves_the_head_alone():
 
 
 def test_wa_loss_weighs_distillation_by_the_old_classes_share():
-    """(1 − λ)·CE + λ·KD with λ = C_old / C_total; KD on the old classes' logits at T = 2, checked against
-    PyCIL's soft-target cross-entropy less the teacher's entropy (a constant)."""
+    """(1 − λ)·CE + λ·KD with λ = C_old / C_total on the whole batch (new samples and exemplars alike);
+    KD on the old classes' logits at T = 2, checked against PyCIL's soft-target cross-entropy less the
+    teacher's entropy (a constant)."""
     model = _mlp(6)
     ctx = _ctx(model, n_classes=6, batch_size=4)
-    wa, _ = create_strategy("wa", {"mem_size": 12, "replay_batch_size": 3}, ctx)
+    wa, _ = create_strategy("wa", {"mem_size": 12}, ctx)
     assert isinstance(wa, WA) and wa.params.kd_temperature == 2.0
     torch.manual_seed(1)
     ctx.seen[[0, 1]] = True
@@ -112,19 +113,45 @@ def test_wa_loss_weighs_distillation_by_the_old_classes_share():
     with torch.no_grad():  # the model moves away from its teacher
         for p in model.parameters():
             p.add_(0.3 * torch.randn_like(p))
+    xb, yb = torch.cat([x, torch.randn(2, 3)]), torch.cat([y + 2, torch.tensor([0, 1])])  # new + exemplars
     for seen, lam in (([2, 3], 2 / 4), ([4, 5], 2 / 6)):  # 2 old classes; 2 or 4 new ones
         ctx.seen[seen] = True
         assert wa.kd_weight() == pytest.approx(lam)
-        state = ctx.generator.get_state()
-        got = wa.loss(x, y + 2)
-        ctx.generator.set_state(state)
-        xr, yr = wa.replayed(x, y + 2)  # the same replay draw, exemplars of classes 0 and 1
-        assert len(yr) == 7 and set(yr[4:].tolist()) <= {0, 1}
-        ce = F.cross_entropy(ctx.logits(xr), yr)
-        soft = torch.softmax(wa.teacher(xr)[:, :2] / 2, dim=1)
-        soft_ce = -(soft * torch.log_softmax(model(xr)[:, :2] / 2, dim=1)).sum() / len(xr)
-        entropy = -(soft * soft.log()).sum() / len(xr)
+        extra = wa.extra_train_samples
+        got = wa.loss(xb, yb)
+        assert wa.extra_train_samples == extra  # no replay batch beside the batch
+        ce = F.cross_entropy(ctx.logits(xb), yb)
+        soft = torch.softmax(wa.teacher(xb)[:, :2] / 2, dim=1)
+        soft_ce = -(soft * torch.log_softmax(model(xb)[:, :2] / 2, dim=1)).sum() / len(xb)
+        entropy = -(soft * soft.log()).sum() / len(xb)
         assert torch.allclose(got, (1 - lam) * ce + lam * (soft_ce - entropy), atol=1e-6)
+
+
+@pytest.mark.parametrize("stored", [np.uint8, np.float32], ids=["uint8", "float32"])
+def test_wa_task_data_is_the_new_samples_and_exactly_the_exemplars(stored):
+    """The paper's one training set per task: the task's samples, then every exemplar, in stored dtype."""
+    model = _mlp(6)
+    ctx = _ctx(model, n_classes=6)
+    wa, _ = create_strategy("wa", {"mem_size": 6}, ctx)
+    rng = np.random.default_rng(0)
+    source = (rng.random((30, 3)) * 255).astype(stored)
+    labels = np.repeat(np.arange(6), 5)
+    first, second = Samples(source, labels, np.arange(10)), Samples(source, labels, np.arange(10, 20))
+    ctx.seen[[0, 1]] = True
+    assert wa.task_data(0, first) is first  # no exemplar yet: the task alone
+    assert wa.expected_train_size(0, [10, 10, 10]) == 10
+    wa.end_training(0, first)
+    wa.after_task(0, first)
+    ctx.seen[[2, 3]] = True
+    train = wa.task_data(1, second)
+    assert wa.expected_train_size(1, [10, 10, 10]) == len(train) == 10 + 6
+    x, y = train.take(np.arange(len(train)))
+    assert x.dtype == torch.from_numpy(source[:1]).dtype  # stored dtype, not model input
+    assert torch.equal(x[:10], torch.from_numpy(source[10:20])) and y[:10].tolist() == labels[10:20].tolist()
+    ex = torch.cat([wa.exemplars[c] for c in (0, 1)])
+    assert torch.equal(x[10:], ex) and y[10:].tolist() == [0] * 3 + [1] * 3
+    rows = [int(np.flatnonzero((source == r.numpy()).all(axis=1))[0]) for r in x[10:]]
+    assert len(set(rows)) == 6 and set(rows) <= set(range(10))  # exactly 3 distinct exemplars per old class
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit.script: the refused kind
@@ -274,14 +301,14 @@ def test_the_shipped_example_job_validates(name):
 
 
 @pytest.mark.parametrize(
-    ("name", "held"),
+    ("name", "held", "iterations"),
     [
-        ("wa", 12 * (8 * 4 + 8)),
-        ("icarl", 2 * 6 * (8 * 4 + 8)),  # herding: 12 // 2 classes seen = 6 exemplars for each
-        ("derpp", 12 * (8 * 4 + 8) + 12 * 6 * (4 + 1)),  # and each sample's logits and class mask
+        ("wa", 12 * (8 * 4 + 8), [0, 9, 9]),  # its tasks' updates also iterate over the 12 exemplars
+        ("icarl", 2 * 6 * (8 * 4 + 8), [0, 8, 8]),  # herding: 12 // 2 classes seen = 6 exemplars for each
+        ("derpp", 12 * (8 * 4 + 8) + 12 * 6 * (4 + 1), [0, 8, 8]),  # and each sample's logits and class mask
     ],
 )
-def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, held):
+def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, held, iterations):
     from safetensors.torch import save_file
 
     weights = tmp_path / "candidate.safetensors"
@@ -297,7 +324,7 @@ def test_a_learned_first_task_enters_the_memory(tmp_path, synthetic_spec, name, 
     (path,) = run_job(spec, tmp_path)
     log = load_log(path)
     assert log.points[0].iteration == 0 and log.points[0].task_end
-    assert log.meta["iterations_per_task"] == [0, 8, 8]
+    assert log.meta["iterations_per_task"] == iterations
     assert log.resources[0].buffer_bytes == held
 
 
