@@ -19,7 +19,10 @@ of the head after each task's last update (before aligning; the mean over seeds,
 final model's accuracy on the old classes and on the last task's classes (the share of their test samples
 predicted right). The variants are subclasses of ``wa`` defined here, registered in this process and in
 the engine's child (started through a launcher that imports this file first). Wall time ≈ 1 minute on
-2 cores. Run: ``.venv/bin/python benchmarks/bench_wa.py`` (``--epochs 25 --seeds 0``: longer training).
+2 cores. Run: ``.venv/bin/python benchmarks/bench_wa.py`` (``--epochs 25 --seeds 0``: longer training;
+``--memory 50``: fewer exemplars, a stronger imbalance; ``--arch cnn``: the built-in small CNN instead of
+the MLP; ``--variants "wa; er"``: only the variants named, separated by ``;``). The defaults are the
+scenario above.
 """
 
 from __future__ import annotations
@@ -151,12 +154,15 @@ VARIANTS: dict[str, dict[str, object]] = {
 }
 
 
-def run(strategy: dict[str, object], seeds: list[int], epochs: int, out: Path) -> dict[str, Any]:
+def run(
+    strategy: dict[str, object], seeds: list[int], epochs: int, out: Path, *, arch: str, memory: int
+) -> dict[str, Any]:
     spec = load_job(REPO / "examples/jobs/digits-er.yaml").with_overrides(
         {
+            "model.arch": arch,
             "strategy": {
                 **strategy,
-                "mem_size": 200,
+                "mem_size": memory,
                 **({"replay_batch_size": 16} if strategy["name"] == "er" else {}),
             },
             "seeds": seeds,
@@ -198,10 +204,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--epochs", type=int, default=5, help="epochs per task")
+    parser.add_argument("--arch", choices=("mlp", "cnn"), default="mlp", help="model.arch of the job")
+    parser.add_argument("--memory", type=int, default=200, help="exemplars (strategy.mem_size)")
+    parser.add_argument(
+        "--variants",
+        default="all",
+        help="the variants to run, separated by ';' (names as in the table), or 'all'",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
+    chosen = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(";")]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; known: {'; '.join(VARIANTS)}")
+    if args.memory < 10:
+        parser.error("--memory: at least one exemplar per class (10)")
     register()
-    print(f"split digits, 5 tasks, MLP 2×400, {args.epochs} epochs, seeds {args.seeds}, 200 exemplars")
+    model = "MLP 2×400" if args.arch == "mlp" else "cnn"
+    print(
+        f"split digits, 5 tasks, {model}, {args.epochs} epochs, seeds {args.seeds}, {args.memory} exemplars"
+    )
     print()
     print(
         "| variant | ACC | MICA | WAMICA | old classes, final | last task, final "
@@ -209,8 +231,10 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (label, strategy) in enumerate(VARIANTS.items()):
-            r = run(strategy, seeds, args.epochs, Path(tmp) / str(i))
+        for i, label in enumerate(chosen):
+            r = run(
+                VARIANTS[label], seeds, args.epochs, Path(tmp) / str(i), arch=args.arch, memory=args.memory
+            )
             gammas = ", ".join(f"{g:.2f}" for g in r["gamma"]) or "—"
             gaps = ", ".join(f"{g:+.2f}" for g in r["bias_gap"]) or "—"
             print(
