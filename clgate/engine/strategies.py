@@ -112,6 +112,9 @@ class Strategy(Generic[P]):
     name: ClassVar[str] = ""
     Params: ClassVar[type[BaseModel]] = NoParams
     params: P
+    #: the frozen model of the previous tasks and the classes it knew (strategies that distill)
+    teacher: nn.Module | None = None
+    old: torch.Tensor | None = None
 
     def __init__(self, ctx: StrategyContext, params: P | None = None) -> None:
         self.ctx = ctx
@@ -155,6 +158,27 @@ class Strategy(Generic[P]):
         what every evaluation point predicts with, called in eval mode under ``torch.inference_mode()``.
         Default: the model's masked logits; iCaRL's nearest-mean-of-exemplars classifier overrides it."""
         return self.ctx.logits(x)
+
+    # ---------------------------------------------------------------- distillation (LwF, iCaRL, WA)
+    def _keep_teacher(self) -> None:
+        """Freeze a copy of the model as the teacher of the next tasks, and remember the classes it knew."""
+        self.teacher = copy.deepcopy(self.ctx.model).eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.old = self.ctx.seen.nonzero().flatten().clone()
+
+    def _distillation(self, x: torch.Tensor, logits: torch.Tensor, t: float) -> torch.Tensor:
+        """KL divergence at temperature ``t`` from the teacher's to ``logits`` on the old classes."""
+        assert self.teacher is not None and self.old is not None
+        with torch.no_grad():
+            target = self.teacher(x)[:, self.old]
+        self.extra_forward_samples += len(x)
+        return F.kl_div(
+            F.log_softmax(logits[:, self.old] / t, dim=1),
+            F.log_softmax(target / t, dim=1),
+            reduction="batchmean",
+            log_target=True,
+        )
 
     def buffer_bytes(self) -> int:
         """Bytes of past data held (replay memory) now."""
@@ -450,23 +474,11 @@ class LwF(Strategy[LwFParams]):
         if self.teacher is not None and self.params.alpha > 0:
             assert self.old is not None
             t = self.params.temperature
-            with torch.no_grad():
-                target = self.teacher(x)[:, self.old]
-            self.extra_forward_samples += len(x)
-            kd = F.kl_div(
-                F.log_softmax(logits[:, self.old] / t, dim=1),
-                F.log_softmax(target / t, dim=1),
-                reduction="batchmean",
-                log_target=True,
-            )
-            loss = loss + self.params.alpha * t * t * kd
+            loss = loss + self.params.alpha * t * t * self._distillation(x, logits, t)
         return loss
 
     def after_task(self, k: int, data: Samples) -> None:
-        self.teacher = copy.deepcopy(self.ctx.model).eval()
-        for p in self.teacher.parameters():
-            p.requires_grad_(False)
-        self.old = self.ctx.seen.nonzero().flatten().clone()
+        self._keep_teacher()
 
 
 class EWCParams(BaseModel):
@@ -720,16 +732,7 @@ class ICaRL(Strategy[ICaRLParams]):
         loss = F.cross_entropy(self.ctx.mask(logits), y)
         if self.teacher is not None and self.old is not None and self.params.alpha > 0:
             t = self.params.temperature
-            with torch.no_grad():
-                target = self.teacher(x)[:, self.old]
-            self.extra_forward_samples += len(x)
-            kd = F.kl_div(
-                F.log_softmax(logits[:, self.old] / t, dim=1),
-                F.log_softmax(target / t, dim=1),
-                reduction="batchmean",
-                log_target=True,
-            )
-            loss = loss + self.params.alpha * t * t * kd
+            loss = loss + self.params.alpha * t * t * self._distillation(x, logits, t)
         return loss
 
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
@@ -766,10 +769,7 @@ class ICaRL(Strategy[ICaRLParams]):
         self.replay = (mx, my.to(self.ctx.device))
 
     def after_task(self, k: int, data: Samples) -> None:
-        self.teacher = copy.deepcopy(self.ctx.model).eval()
-        for p in self.teacher.parameters():
-            p.requires_grad_(False)
-        self.old = self.ctx.seen.nonzero().flatten().clone()
+        self._keep_teacher()
 
     def _class_means(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Each class's mean of normalised exemplar features (re-normalised), and which classes have one."""
@@ -868,16 +868,7 @@ class WA(ICaRL, Strategy[WAParams]):
         lam = self.kd_weight()
         if self.teacher is None or self.old is None or lam == 0:
             return ce
-        t = self.params.kd_temperature
-        with torch.no_grad():
-            target = self.teacher(x)[:, self.old]
-        self.extra_forward_samples += len(x)
-        kd = F.kl_div(
-            F.log_softmax(logits[:, self.old] / t, dim=1),
-            F.log_softmax(target / t, dim=1),
-            reduction="batchmean",
-            log_target=True,
-        )
+        kd = self._distillation(x, logits, self.params.kd_temperature)
         return (1 - lam) * ce + lam * kd
 
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
