@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Generic, TypeVar, cast
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 import numpy as np
 import torch
@@ -584,6 +584,11 @@ def class_rows(head: nn.Module) -> dict[int, tuple[nn.Linear, int]]:
     return {c: (head, c) for c in range(head.out_features)}
 
 
+def head_layers(head: nn.Module) -> list[nn.Linear]:
+    """The linear layers that hold ``head``'s class rows (one, or a growing head's blocks)."""
+    return list({id(lin): lin for lin, _ in class_rows(head).values()}.values())
+
+
 def head_norms(head: nn.Module, classes: list[int]) -> torch.Tensor:
     """The L2 norms of ``classes``' weight vectors in ``head``."""
     rows = class_rows(head)
@@ -807,6 +812,12 @@ class WAParams(BaseModel):
     clip: bool = Field(
         True, description="Clip the head's weights to non-negative after every update (part of the method)."
     )
+    bias: Literal["zero", "keep"] = Field(
+        "zero",
+        description="The head's bias: 'zero' holds it at 0 from the first trained task on, as the paper's "
+        "classifier, which has none (the imbalance then shows in the weight norms that aligning corrects); "
+        "'keep' trains it, as PyCIL, and aligning leaves it alone.",
+    )
 
 
 class WA(ICaRL, Strategy[WAParams]):
@@ -824,9 +835,13 @@ class WA(ICaRL, Strategy[WAParams]):
       entropy, a constant: the same gradients), with no ``T²`` factor (as PyCIL);
       λ = 0 on the first task: plain CE;
     - weight clipping: after every update the head's weights are clipped to ≥ 0 (``clip``);
+    - no bias: the paper's classifier is ``w·φ(x)``; with ``bias: zero`` (the default) the head's bias is
+      set to 0 before each trained task and after every update, so a bias cannot absorb the imbalance
+      that aligning corrects (``bias: keep`` trains it, as PyCIL; a first task given as learned keeps its
+      bias until task 2 starts);
     - weight aligning: after the task's last update (before its task-end point), the new classes' weight
-      vectors — weights only, the bias is left as it is (the paper's FC has none; PyCIL aligns
-      ``fc.weight`` only) — are multiplied by ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (eq. 7–8).
+      vectors — weights only (PyCIL aligns ``fc.weight`` only) — are multiplied by
+      ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (eq. 7–8).
 
     Predictions are the head's (masked) logits, not iCaRL's nearest mean of exemplars.
     """
@@ -842,7 +857,9 @@ class WA(ICaRL, Strategy[WAParams]):
         self.gammas: list[float] = []
 
     def before_task(self, k: int, data: Samples) -> None:
-        """Nothing to prepare: WA predicts with its head, so the new classes need no provisional set."""
+        """WA predicts with its head, so the new classes need no provisional set; the bias is held at 0
+        (``bias: zero``) from here on, the task's new rows of a growing head included."""
+        self._hold_bias()
 
     def kd_weight(self) -> float:
         """λ = C_old / C_total: the classes seen before this task over the classes seen now."""
@@ -874,8 +891,16 @@ class WA(ICaRL, Strategy[WAParams]):
     def after_step(self, x: torch.Tensor, y: torch.Tensor, *, first_pass: bool) -> None:
         if self.params.clip:
             with torch.no_grad():
-                for layer in {id(lin): lin for lin, _ in class_rows(self.head).values()}.values():
+                for layer in head_layers(self.head):
                     layer.weight.clamp_(min=0)
+        self._hold_bias()
+
+    def _hold_bias(self) -> None:
+        if self.params.bias == "zero":
+            with torch.no_grad():
+                for layer in head_layers(self.head):
+                    if layer.bias is not None:
+                        layer.bias.zero_()
 
     def end_training(self, k: int, data: Samples) -> None:
         old = [] if self.old is None else self.old.tolist()

@@ -76,13 +76,45 @@ def test_wa_clips_the_head_to_non_negative_weights(params):
     model = _mlp()
     ctx = _ctx(model)
     ctx.seen[[0, 1]] = True
-    wa, _ = create_strategy("wa", {"mem_size": 10, **params}, ctx)
+    wa, _ = create_strategy("wa", {"mem_size": 10, "bias": "keep", **params}, ctx)
     assert bool((model[2].weight < 0).any())
     bias = model[2].bias.detach().clone()
     positive = model[2].weight.detach().clamp(min=0)
     wa.after_step(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), first_pass=True)
     assert torch.equal(model[2].weight, positive)  # negatives to 0, the rest untouched
     assert torch.equal(model[2].bias, bias) and bool((model[0].weight < 0).any())  # head weights only
+
+
+@pytest.mark.parametrize("growing", [False, True], ids=["linear-head", "growing-head"])
+def test_wa_holds_the_head_bias_at_zero_by_default(growing):
+    """The paper's classifier has no bias: 0 from the first trained task, the new rows of a growing head
+    included; the layers below keep theirs; ``bias: keep`` leaves it to training."""
+    model = _mlp(growing=growing)
+    ctx = _ctx(model)
+    wa, _ = create_strategy("wa", {"mem_size": 10}, ctx)
+    assert wa.params.bias == "zero"
+    below = model[0].bias.detach().clone()
+    for k, classes in enumerate(([0, 1], [2, 3])):
+        grow_head(model, classes)
+        ctx.seen[classes] = True
+        rows = class_rows(wa.head)
+        with torch.no_grad():
+            for c in classes:
+                rows[c][0].bias[rows[c][1]] = 0.5 + c  # as a fresh row, or an update, might leave it
+        data = Samples(np.zeros((4, 3), np.float32), np.array(classes * 2))
+        wa.before_task(k, data)
+        assert all(float(rows[c][0].bias.detach()[rows[c][1]]) == 0.0 for c in classes)
+        with torch.no_grad():
+            rows[classes[0]][0].bias[rows[classes[0]][1]] = 1.0
+        wa.after_step(torch.randn(4, 3), torch.tensor(classes * 2), first_pass=True)
+        assert all(float(rows[c][0].bias.detach()[rows[c][1]]) == 0.0 for c in range(classes[1] + 1))
+    assert torch.equal(model[0].bias, below)
+    kept, _ = create_strategy("wa", {"mem_size": 10, "bias": "keep"}, _ctx(_mlp()))
+    with torch.no_grad():
+        kept.head.bias.fill_(0.25)
+    kept.before_task(0, Samples(np.zeros((2, 3), np.float32), np.array([0, 1])))
+    kept.after_step(torch.randn(2, 3), torch.tensor([0, 1]), first_pass=True)
+    assert bool((kept.head.bias == 0.25).all())
 
 
 def test_wa_without_clipping_leaves_the_head_alone():
