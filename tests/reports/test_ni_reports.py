@@ -231,3 +231,19 @@ def test_ni_html_renders_the_pooled_table_in_headless_chromium(tmp_path, policy_
             browser.close()
     assert problems == []
     assert all(u.startswith(("file://", "data:")) for u in requests), requests
+
+
+def test_the_pdf_of_an_ni_report_prints_the_pooled_view(tmp_path, policy_of, require_binary):
+    require_binary("chromium")
+    pdftotext = require_binary("pdftotext")
+    import subprocess
+
+    from clgate.reports import write_pdf
+
+    result, _, _ = _gate(tmp_path, [_nic()], policy_of)
+    pdf = write_pdf(result.files["report.html"])
+    text = subprocess.run([pdftotext, "-layout", str(pdf), "-"], capture_output=True, text=True, check=True)
+    words = " ".join(text.stdout.split())
+    assert "Worst class pooled over its cells: class 'bolt' at 0.5000 (15 / 30 over 2 cells" in words
+    assert "Per class, pooled over its cells (lowest first)" in words
+    assert "bolt 0.5000 15 / 30 2 bolt @ night 0.4000" in words
