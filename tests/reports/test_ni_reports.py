@@ -130,6 +130,7 @@ def test_ni_labels_say_cell_where_a_column_is_one(tmp_path, policy_of):
     assert ">cell (task)<" in html  # the heatmap's axis
     # the rules' evidence names a cell, and the FMECA's failure modes say which group
     assert "cell &#39;cat @ night&#39;, seed 0" in html and "cell 'cat @ night', seed 0" in md
+    assert result.decision.rules[1].message == "worst cell 'cat @ night': final accuracy 0.6 (meets >= 0.5)"
     modes = sorted(r.mode for r in result.decision.fmeca.rows)
     assert modes[0] == "class cat misclassified in group day"
 
@@ -146,6 +147,8 @@ def test_nic_pools_counts_not_cell_means_and_names_the_worst_class_apart_from_th
     h = result.decision.headline
     assert h.worst_classes[0].name == "washer @ night"  # the worst cell …
     assert h.pooled_classes is not None and h.pooled_classes[0].name == "bolt"  # … is not the worst class
+    message = "worst cell 'washer @ night': final accuracy 0.3 (violates >= 0.5; 2 cell(s) below)"
+    assert result.decision.rules[1].message == message
     assert "| bolt | 0.5000 | 15 / 30 | 2 | bolt @ night | 0.4000 |" in md
     assert "class 'bolt' at 0.5000 (15 / 30 over 2 cells" in md
 
