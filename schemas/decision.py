@@ -61,6 +61,28 @@ class WorstClass(BaseModel):
     accuracy: float | None
 
 
+class PooledClassResult(BaseModel):
+    """NI/NIC logs: one real class pooled over its cells (its sample groups) at the last task end, beside
+    the cell view that the gate judges."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: int = Field(description="The class id (the log's class_of value).")
+    name: str
+    accuracy: float | None = Field(
+        description=(
+            "Correct / evaluated samples of its cells learned by the last task end (mean over runs; null "
+            "without counts)."
+        )
+    )
+    correct: int | None = Field(None, description="Correct samples over those cells, summed over runs.")
+    total: int | None = Field(None, description="Evaluated samples over those cells, summed over runs.")
+    cells: list[str] = Field(description="Its cells learned by the last task end, by name.")
+    worst_cell: str | None = Field(
+        None, description="Its cell with the lowest final accuracy (mean over runs): what the gate judges."
+    )
+    worst_cell_accuracy: float | None = None
+
+
 class WorstMoment(BaseModel):
     """The worst class at its worst moment (after it was learned): which class, when, in which run."""
 
@@ -93,6 +115,15 @@ class Headline(BaseModel):
     )
     worst_classes: list[WorstClass] = Field(
         default_factory=list, description="Lowest final accuracies first."
+    )
+    pooled_classes: list[PooledClassResult] | None = Field(
+        None,
+        description=(
+            "NI/NIC logs (where worst_classes and worst_moment name cells): each real class pooled over its "
+            "cells, lowest accuracy first; absent for an NC log."
+        ),
+        # an NC decision serialises (and hashes) as it did before the field existed
+        exclude_if=lambda value: value is None,
     )
     plugins: dict[str, float | None] = Field(
         default_factory=dict,

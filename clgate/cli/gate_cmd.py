@@ -137,7 +137,15 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
 
     # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.fmt import printable
-    from clgate.reports import evidence_text, fmeca_note, fmt, threshold_text, worst_moment_text
+    from clgate.reports import (
+        column_word,
+        evidence_text,
+        fmeca_note,
+        fmt,
+        threshold_text,
+        worst_moment_text,
+        worst_pooled_text,
+    )
 
     def inert(text: str) -> str:  # a name from a user's file: no control character, no rich markup
         return escape(printable(text))
@@ -150,7 +158,7 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     for col in ("status", "#", "rule", "value", "threshold", "margin", "evidence"):
         table.add_column(col, justify="right" if col in ("#", "value", "margin") else "left")
     for r in decision.rules:
-        ev = evidence_text(r.evidence) if r.status != "error" else r.message
+        ev = evidence_text(r.evidence, column=column_word(decision)) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
         table.add_row(
             f"[{style[r.status]}]{r.status.upper()}[/]",
@@ -170,8 +178,12 @@ def print_decision(decision: Decision, *, title: str | None = None, file: Any = 
     )
     if decision.headline.worst_moment is not None:
         console.print(
-            f"worst class at its worst moment: {inert(worst_moment_text(decision))}", highlight=False
+            f"worst {column_word(decision)} at its worst moment: {inert(worst_moment_text(decision))}",
+            highlight=False,
         )
+    pooled = worst_pooled_text(decision)
+    if pooled:
+        console.print(f"worst class pooled over its cells: {inert(pooled)}", highlight=False)
     note = fmeca_note(decision)
     if note:
         console.print(f"[yellow]FMECA:[/] {inert(note)}", highlight=False)

@@ -1,4 +1,5 @@
-"""FMECA worksheet: each class is a failure mode, "class X misclassified".
+"""FMECA worksheet: each class is a failure mode, "class X misclassified" (in an NI/NIC log each cell,
+"class X misclassified in group G").
 
 For each class: severity S and detection D from the policy (per class, with defaults; a class with no
 severity and no default is *unrated*: no RPN, no priority, shown as such), occurrence O from the measured
@@ -123,6 +124,17 @@ def _errors(stats: ClassStats, bound: str) -> tuple[float | None, float | None, 
     return final_err, max(worst_err, final_err or 0.0), stats.min_after_learned_iteration
 
 
+def _mode(stats: ClassStats) -> str:
+    """The failure mode of a class, or of a cell (NI/NIC: a class on one sample group).
+
+    >>> _mode(ClassStats(id=2, name="cat @ night", task=2, final_accuracy=0.6, of_class="cat", group="night"))
+    'class cat misclassified in group night'
+    """
+    if stats.of_class is not None and stats.group is not None:
+        return f"class {stats.of_class} misclassified in group {stats.group}"
+    return f"class {stats.name} misclassified"
+
+
 def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = None) -> FmecaWorksheet:
     """One row per class from the per-class statistics of one or more runs (seeds).
 
@@ -159,7 +171,7 @@ def build_worksheet(runs: Sequence[MetricsResult], config: FmecaConfig | None = 
                 class_id=stats.id,
                 class_name=stats.name,
                 task=stats.task,
-                mode=f"class {stats.name} misclassified",
+                mode=_mode(stats),
                 severity=s,
                 detection=d,  # type: ignore[arg-type]
                 final_error=final_err,

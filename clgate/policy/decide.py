@@ -16,9 +16,17 @@ from clgate.metrics.arrays import LogArrays
 from clgate.metrics.registry import plugin_registry
 from clgate.policy.evaluate import evaluate_rules, verdict_of, worksheet_for
 from clgate.policy.model import Policy
-from clgate.schemas.decision import Decision, Hashes, Headline, RuleResult, WorstClass, WorstMoment
+from clgate.schemas.decision import (
+    Decision,
+    Hashes,
+    Headline,
+    PooledClassResult,
+    RuleResult,
+    WorstClass,
+    WorstMoment,
+)
 from clgate.schemas.evaluation_log import EvaluationLog
-from clgate.schemas.metrics import MetricsResult, RunsResult
+from clgate.schemas.metrics import MetricsResult, PooledClass, RunsResult
 from clgate.schemas.notebook import decision_html
 from clgate.schemas.policy import rule_label
 from clgate.schemas.vocab import Verdict
@@ -119,6 +127,48 @@ def _regressed_class(runs: Sequence[MetricsResult]) -> str | None:
     return max(found, key=lambda f: f[0])[1] if found else None
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean over runs; None when any run has none."""
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values) / len(values)  # type: ignore[arg-type]
+
+
+def _summed(values: Sequence[int | None]) -> int | None:
+    """The sum over runs; None when any run has none."""
+    return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+
+def pooled_classes(runs: Sequence[MetricsResult]) -> list[PooledClassResult] | None:
+    """NI/NIC logs: each real class pooled over its cells (accuracy the mean over runs, counts summed),
+    with its worst cell; lowest accuracy first (then class id). None for an NC log."""
+    if not runs or runs[0].pooled_classes is None:
+        return None
+    missing = PooledClass(id=-1, name="", cells=[], final_accuracy=None)
+    pooled = [{p.id: p for p in run.pooled_classes or []} for run in runs]
+    cells = [{c.name: c.final_accuracy for c in run.classes} for run in runs]
+    out = []
+    for first in runs[0].pooled_classes:
+        found = [by_id.get(first.id, missing) for by_id in pooled]
+        cell_means = [(_mean([by_name.get(name) for by_name in cells]), name) for name in first.cells]
+        rated = [(acc, name) for acc, name in cell_means if acc is not None]
+        worst = min(rated, key=lambda r: r[0]) if rated else None  # the first in cell order on a tie
+        out.append(
+            PooledClassResult(
+                id=first.id,
+                name=first.name,
+                accuracy=_mean([p.final_accuracy for p in found]),
+                correct=_summed([p.final_correct for p in found]),
+                total=_summed([p.final_total for p in found]),
+                cells=list(first.cells),
+                worst_cell=None if worst is None else worst[1],
+                worst_cell_accuracy=None if worst is None else worst[0],
+            )
+        )
+    out.sort(key=lambda p: (p.accuracy is None, p.accuracy if p.accuracy is not None else 0.0, p.id))
+    return out
+
+
 def headline(metrics: RunsResult, worst: int = 5) -> Headline:
     """Final values (mean over runs) and the classes with the lowest mean final accuracy."""
     m = metrics.metrics
@@ -143,6 +193,7 @@ def headline(metrics: RunsResult, worst: int = 5) -> Headline:
         class_regression=_last(m.get("class_regression")),
         class_regression_class=_regressed_class(runs),
         worst_classes=worst_classes,
+        pooled_classes=pooled_classes(runs),
         plugins={mid: _last(m[mid]) for mid in plugin_registry() if mid in m},
     )
 

@@ -24,12 +24,16 @@ from clgate.reports.junit import render_input_error_junit, render_junit
 from clgate.reports.markdown import md_text, render_input_error_markdown, render_markdown
 from clgate.reports.pdf import CHROMIUM_NAMES, PdfError, find_chromium, write_pdf
 from clgate.reports.text import (
+    column_word,
+    column_words,
     evidence_text,
     fmeca_counts,
     fmeca_note,
     pct,
+    pooled_counts_text,
     threshold_text,
     worst_moment_text,
+    worst_pooled_text,
 )
 
 __all__ = [
@@ -38,6 +42,8 @@ __all__ = [
     "FMECA_COLUMNS",
     "REPORT_FILES",
     "PdfError",
+    "column_word",
+    "column_words",
     "css_string",
     "csv_safe",
     "decision_file",
@@ -51,6 +57,7 @@ __all__ = [
     "metrics_file",
     "model_label",
     "pct",
+    "pooled_counts_text",
     "render_html",
     "render_input_error_junit",
     "render_input_error_markdown",
@@ -58,6 +65,7 @@ __all__ = [
     "render_markdown",
     "threshold_text",
     "worst_moment_text",
+    "worst_pooled_text",
     "write_pdf",
     "write_reports",
 ]

@@ -61,6 +61,14 @@ def _svg(fig: Any) -> str:
     return re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
 
 
+def _column(a: Any) -> str:
+    """What a column of the log is: ``"class"``, or ``"cell"`` in an NI/NIC log (a class on the sample
+    group of one task). ``a``: a log's arrays or a metrics result."""
+    if getattr(a, "class_of", None) is not None or getattr(a, "pooled_classes", None) is not None:
+        return "cell"
+    return "class"
+
+
 def _per_task(v: Any, k: int) -> np.ndarray:
     if not isinstance(v, list):
         return np.full(k, np.nan)
@@ -110,7 +118,8 @@ def acc_vs_mica(runs: Sequence[Any], title: str = "") -> str:
     ax.set_xticks(x)
     ax.grid(alpha=0.3)
     _legend_outside(ax)
-    ax.set_title(title or "Average accuracy vs worst class (Konaté et al., eqs. 3, 5)", fontsize=10)
+    worst = f"worst {_column(runs[0])}"
+    ax.set_title(title or f"Average accuracy vs {worst} (Konaté et al., eqs. 3, 5)", fontsize=10)
     return _svg(fig)
 
 
@@ -140,13 +149,17 @@ def class_boxplots(arrays: Sequence[Any], title: str = "") -> str:
     for pos, d in zip(positions, [d for d in data if d], strict=True):
         jitter = np.linspace(-0.12, 0.12, len(d)) if len(d) > 1 else np.zeros(1)
         ax.scatter(pos + jitter, d, s=8, color=_COLORS[7], alpha=0.6, zorder=3)
-    ax.set_xlabel("task k (class accuracies of the classes of tasks 1…k, at the end of task k)")
-    ax.set_ylabel("class accuracy")
+    column = _column(a0)
+    columns = "cells" if column == "cell" else "classes"
+    ax.set_xlabel(f"task k ({column} accuracies of the {columns} of tasks 1…k, at the end of task k)")
+    ax.set_ylabel(f"{column} accuracy")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xticks(range(1, k + 1))
     ax.grid(alpha=0.3, axis="y")
     runs = f" ({len(arrays)} runs pooled)" if len(arrays) > 1 else ""
-    ax.set_title(title or f"Class accuracies per task (as Konaté et al. fig. 3){runs}", fontsize=10)
+    ax.set_title(
+        title or f"{column.capitalize()} accuracies per task (as Konaté et al. fig. 3){runs}", fontsize=10
+    )
     return _svg(fig)
 
 
@@ -290,7 +303,8 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
     ax.set_xticks(ends)
     ax.set_xticklabels([str(int(a.iterations[e])) for e in ends], fontsize=_FONT - 1)
     ax.set_xlabel("evaluation point (ticks: task ends, labelled with the iteration; lines: task boundaries)")
-    ax.set_ylabel("class (task)")
+    column = _column(a)
+    ax.set_ylabel(f"{column} (task)")
     if worst is not None and worst.iteration is not None:
         hits = np.flatnonzero(a.iterations[:n_points] == worst.iteration)
         rows = np.flatnonzero(order == worst.class_id)
@@ -307,13 +321,13 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
                 gid="worst-moment",
             )
             ax.set_xlabel(
-                ax.get_xlabel() + f"\n○ worst moment: class {worst.class_name}, "
+                ax.get_xlabel() + f"\n○ worst moment: {column} {worst.class_name}, "
                 f"iteration {worst.iteration}, {100 * worst.accuracy:.1f} %"
             )
     cbar = fig.colorbar(im, ax=ax, location="right", fraction=0.04, pad=0.02)
-    cbar.set_label("class accuracy", fontsize=_FONT)
+    cbar.set_label(f"{column} accuracy", fontsize=_FONT)
     s = f", seed {seed}" if seed is not None else ""
-    ax.set_title(f"Accuracy of every class at every evaluation point{s}", fontsize=10)
+    ax.set_title(f"Accuracy of every {column} at every evaluation point{s}", fontsize=10)
     return _svg(fig)
 
 

@@ -13,13 +13,16 @@ from clgate.provenance import build_label, candidate_label
 from clgate.reports.text import (
     ICON,
     VERDICT_ICON,
+    column_words,
     evidence_text,
     fmeca_counts,
     fmeca_note,
     pct,
     plugin_metric_rows,
+    pooled_counts_text,
     threshold_text,
     worst_moment_text,
+    worst_pooled_text,
 )
 from clgate.schemas.decision import Decision
 
@@ -69,7 +72,8 @@ def render_html(
     policy: Any | None = None,
     generated_at: datetime | None = None,
 ) -> str:
-    """One self-contained HTML file: decision and rules first, then figures, FMECA, provenance.
+    """One self-contained HTML file: decision and rules first, then figures, FMECA, provenance. For NI/NIC
+    logs the labels say cell where a column is one, and the headline adds each class pooled over its cells.
 
     Screen: full-width figures, tables that reflow into cards on narrow screens. Print (and the PDF):
     a header with model, verdict, policy and date on every page, rows and figures not split,
@@ -96,6 +100,7 @@ def render_html(
         matrix_color=_matrix_color,
         fmeca_counts=fmeca_counts,
         plugin_metric_rows=plugin_metric_rows,
+        pooled_counts_text=pooled_counts_text,
     )
     template = env.get_template("report.html.j2")
     when = (generated_at or datetime.now(UTC)).astimezone(UTC)
@@ -120,6 +125,8 @@ def render_html(
         build=decision.provenance.get("build") or {},
         skipped_without_baseline=decision.provenance.get("skipped_without_baseline") or [],
         worst_moment=worst_moment_text(decision),
+        worst_pooled=worst_pooled_text(decision),
+        w=column_words(decision),
         fmeca_note=fmeca_note(decision),
         provenance_json=json.dumps(decision.provenance, indent=2, sort_keys=True, default=str),
         decision_json=decision.model_dump_json(indent=2),

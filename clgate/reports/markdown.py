@@ -11,14 +11,17 @@ from clgate.provenance import candidate_label
 from clgate.reports.text import (
     ICON,
     VERDICT_ICON,
+    column_words,
     evidence_text,
     fmeca_counts,
     fmeca_note,
     pct,
     plugin_metric_rows,
+    pooled_counts_text,
     priority_text,
     threshold_text,
     worst_moment_text,
+    worst_pooled_text,
 )
 from clgate.schemas.decision import Decision
 
@@ -89,7 +92,7 @@ def _md_rules(d: Decision) -> list[str]:
     ]
     for r in d.rules:
         value = fmt(r.value) if r.status != "error" else "error"
-        ev = evidence_text(r.evidence) if r.status != "error" else r.message
+        ev = evidence_text(r.evidence, column=column_words(d)["column"]) if r.status != "error" else r.message
         sev = " (warn)" if r.severity == "warn" else ""
         lines.append(
             f"| {ICON[r.status]} | {md_text(r.id)}{sev} | {value} | {md_text(threshold_text(r))} "
@@ -99,22 +102,50 @@ def _md_rules(d: Decision) -> list[str]:
 
 
 def _md_headline(d: Decision) -> list[str]:
-    """The headline metrics, the worst class at its worst moment and the worst classes."""
+    """The headline metrics, the worst class (NI/NIC: cell) at its worst moment and the worst classes;
+    for NI/NIC logs the worst class pooled over its cells and the pooled table."""
     h = d.headline
+    w = column_words(d)
     lines = [
         "",
         f"**Headline** (mean over runs): ACC {fmt(h.acc)} · MICA {fmt(h.mica)} · WAMICA {fmt(h.wamica)} · "
         f"min-ACC {fmt(h.min_acc)}"
         + (f" · class regression {fmt(h.class_regression)}" if h.class_regression is not None else ""),
         "",
-        f"**Worst class at its worst moment**: {md_text(worst_moment_text(d))}",
+        f"**Worst {w['column']} at its worst moment**: {md_text(worst_moment_text(d))}",
     ]
+    pooled = worst_pooled_text(d)
+    if pooled:
+        lines += ["", f"**Worst class pooled over its cells**: {md_text(pooled)}"]
     if h.worst_classes:
-        worst = ", ".join(f"{md_text(repr(w.name))} {fmt(w.accuracy, 3)}" for w in h.worst_classes[:3])
-        lines += ["", f"Worst classes (final accuracy): {worst}"]
+        worst = ", ".join(f"{md_text(repr(c.name))} {fmt(c.accuracy, 3)}" for c in h.worst_classes[:3])
+        lines += ["", f"Worst {w['columns']} (final accuracy): {worst}"]
     if h.plugins:
         values = " · ".join(f"{md_text(label)} {fmt(v)}" for label, v in plugin_metric_rows(d))
         lines += ["", f"**Plug-in metrics** (final, mean over runs): {values}"]
+    return lines + _md_pooled(d)
+
+
+def _md_pooled(d: Decision, max_rows: int = 10) -> list[str]:
+    """NI/NIC logs: each class pooled over its cells, lowest first (the first ``max_rows``)."""
+    pooled = d.headline.pooled_classes
+    if not pooled:
+        return []
+    over = " (accuracy: mean over runs)" if d.runs > 1 else ""
+    lines = [
+        "",
+        f"**Per class, pooled over its cells** (lowest first{over}; the rules and the FMECA judge cells)",
+        "",
+        "| class | final (pooled) | correct / total | cells | worst cell | its final |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for p in pooled[:max_rows]:
+        lines.append(
+            f"| {md_text(p.name)} | {fmt(p.accuracy)} | {pooled_counts_text(p, d.runs)} | {len(p.cells)} "
+            f"| {md_text(p.worst_cell or '—')} | {fmt(p.worst_cell_accuracy)} |"
+        )
+    if len(pooled) > max_rows:
+        lines += ["", f"{len(pooled) - max_rows} more class(es) in report.html and decision.json."]
     return lines
 
 
@@ -136,7 +167,8 @@ def _md_fmeca(d: Decision, report_url: str | None, max_fmeca_rows: int) -> list[
         lines += ["", f"> {md_text(note)}"]
     lines += [
         "",
-        "| # | class | task | S | final error | worst error | at | O worst | D | RPN worst | priority |",
+        f"| # | {column_words(d)['column']} | task | S | final error | worst error | at | O worst | D "
+        "| RPN worst | priority |",
         "|---:|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
     ]
     for i, row in enumerate(shown, start=1):

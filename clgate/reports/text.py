@@ -1,5 +1,6 @@
 """The words every report format shares: status icons, a rule's threshold and evidence in a few
-words, percentages, the worst moment, the FMECA note and counts."""
+words, percentages, the worst moment, the FMECA note and counts, and what a column of the log is (a class,
+or in an NI/NIC log a cell: a class on one task's sample group)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from clgate.fmt import fmt
 from clgate.metrics.registry import plugin_registry
-from clgate.schemas.decision import Decision, RuleResult
+from clgate.schemas.decision import Decision, PooledClassResult, RuleResult
 from clgate.schemas.fmeca import FmecaWorksheet
 
 ICON = {"pass": "✅", "warn": "⚠️", "fail": "❌", "error": "⛔"}
@@ -17,6 +18,65 @@ VERDICT_ICON = {"PASS": "✅", "WARN": "⚠️", "FAIL": "❌", "ERROR": "⛔"}
 
 # Rule kinds whose value and threshold are counts (modes at a priority, an RPN), not fractions.
 COUNT_KINDS = frozenset({"fmeca"})
+
+
+def column_word(decision: Decision) -> str:
+    """What one column of the judged logs is: ``"class"``, or ``"cell"`` in an NI/NIC log (a class on the
+    sample group of one task), where the decision also carries each class pooled over its cells.
+
+    >>> from clgate.schemas.decision import Headline
+    >>> class D: headline = Headline()
+    >>> column_word(D())
+    'class'
+    """
+    return "class" if decision.headline.pooled_classes is None else "cell"
+
+
+def column_words(decision: Decision) -> dict[str, str]:
+    """The words the reports use for a column of the logs: ``column`` and ``columns`` (class/classes or
+    cell/cells) and ``gloss``, what a cell is (empty for classes).
+
+    >>> from clgate.schemas.decision import Headline
+    >>> class D: headline = Headline(pooled_classes=[])
+    >>> column_words(D())["columns"]
+    'cells'
+    """
+    if column_word(decision) == "class":
+        return {"column": "class", "columns": "classes", "gloss": ""}
+    return {"column": "cell", "columns": "cells", "gloss": " (a class on the sample group of one task)"}
+
+
+def pooled_counts_text(p: PooledClassResult, runs: int = 1) -> str:
+    """A pooled class's counts: ``"13 / 20"``, ``"26 / 40 (2 runs)"``, or ``"—"`` without counts.
+
+    >>> p = PooledClassResult(id=0, name="cat", accuracy=0.65, correct=13, total=20, cells=[])
+    >>> pooled_counts_text(p), pooled_counts_text(p, runs=2)
+    ('13 / 20', '13 / 20 (2 runs)')
+    """
+    if p.correct is None or p.total is None:
+        return "—"
+    return f"{p.correct} / {p.total}" + (f" ({runs} runs)" if runs > 1 else "")
+
+
+def worst_pooled_text(decision: Decision) -> str | None:
+    """NI/NIC logs: the class with the lowest final accuracy pooled over its cells, its counts and its
+    worst cell; None for an NC log (or one without a final accuracy).
+
+    >>> from clgate.schemas.decision import Headline
+    >>> p = PooledClassResult(id=0, name="cat", accuracy=0.65, correct=13, total=20,
+    ...     cells=["cat @ day", "cat @ night"], worst_cell="cat @ night", worst_cell_accuracy=0.6)
+    >>> class D: headline = Headline(pooled_classes=[p]); runs = 1
+    >>> worst_pooled_text(D())
+    "class 'cat' at 0.6500 (13 / 20 over 2 cells; its worst cell 'cat @ night' at 0.6000)"
+    """
+    pooled = decision.headline.pooled_classes
+    if not pooled or pooled[0].accuracy is None:
+        return None
+    p = pooled[0]
+    cell = f"; its worst cell {p.worst_cell!r} at {fmt(p.worst_cell_accuracy)}" if p.worst_cell else ""
+    counts = pooled_counts_text(p, decision.runs)
+    where = f"{counts} over {len(p.cells)} cell{'s' if len(p.cells) != 1 else ''}"
+    return f"class {p.name!r} at {fmt(p.accuracy)} ({where}{cell})"
 
 
 def threshold_text(r: RuleResult) -> str:
@@ -28,25 +88,28 @@ def threshold_text(r: RuleResult) -> str:
     return f"{r.comparison} {fmt(r.threshold)}"
 
 
-def evidence_text(ev: dict[str, Any]) -> str:
-    """The evidence in a few words: task, class, iteration, seed.
+def evidence_text(ev: dict[str, Any], *, column: str = "class") -> str:
+    """The evidence in a few words: task, class (``column``: ``"cell"`` in an NI/NIC log, see
+    :func:`column_word`), iteration, seed.
 
     >>> evidence_text({"task": 3, "class_name": "7", "iteration": 450, "seed": 1})
     "task 3, class '7', iteration 450, seed 1"
+    >>> evidence_text({"task": 2, "class_name": "cat @ night"}, column="cell")
+    "task 2, cell 'cat @ night'"
     """
     parts = []
     if "task" in ev:
         parts.append(f"task {ev['task']}")
     if "class_name" in ev:
-        parts.append(f"class {ev['class_name']!r}")
+        parts.append(f"{column} {ev['class_name']!r}")
     if "iteration" in ev:
         parts.append(f"iteration {ev['iteration']}")
     detail = ev.get("detail")
     if isinstance(detail, dict):
         for key in ("class_name", "class", "iteration"):
             if key in detail and key not in ev and not (key == "class" and "class_name" in detail):
-                label = "class" if key.startswith("class") else key
-                parts.append(f"{label} {detail[key]!r}" if label == "class" else f"{label} {detail[key]}")
+                label = column if key.startswith("class") else key
+                parts.append(f"{label} {detail[key]!r}" if label == column else f"{label} {detail[key]}")
     if ev.get("failing_tasks"):
         parts.append("failing tasks " + ",".join(map(str, ev["failing_tasks"])))
     if "seed" in ev:
@@ -68,7 +131,7 @@ def pct(x: float | None, digits: int = 1) -> str:
 
 
 def worst_moment_text(decision: Decision) -> str:
-    """The worst class at its worst moment, named: class, accuracy, iteration, seed.
+    """The worst class (in an NI/NIC log: cell) at its worst moment, named: class, accuracy, iteration, seed.
 
     >>> from clgate.schemas.decision import Headline, WorstMoment
     >>> class D: headline = Headline(min_class_acc=0.0, worst_moment=WorstMoment(
@@ -83,7 +146,7 @@ def worst_moment_text(decision: Decision) -> str:
     if w.seed is not None:
         where.append(f"seed {w.seed}")
     tail = ", " + ", ".join(where) if where else ""
-    return f"class {w.class_name!r} (task {w.task}) at {fmt(w.accuracy)}{tail}"
+    return f"{column_word(decision)} {w.class_name!r} (task {w.task}) at {fmt(w.accuracy)}{tail}"
 
 
 def fmeca_note(decision: Decision) -> str | None:

@@ -173,10 +173,13 @@ def _judged(
     bound = " (95 % lower bound)" if rule.bound == "wilson95" else ""
     at_iter = f" at iteration {iteration}" if iteration is not None else ""
     ok = margin >= -TOLERANCE
+    column, columns = (
+        ("class", "class(es)") if stats.of_class is None else ("cell", "cell(s)")
+    )  # NI/NIC: cells
     message = (
-        f"worst class {stats.name!r}: {what}{bound} {fmt_short(value)}{at_iter} "
+        f"worst {column} {stats.name!r}: {what}{bound} {fmt_short(value)}{at_iter} "
         f"({'meets' if ok else 'violates'} >= {rule.floor:g}"
-        + (f"; {len(failing)} class(es) below" if failing else "")
+        + (f"; {len(failing)} {columns} below" if failing else "")
         + ")"
         + (f"; input incomplete ({describe_missing(missing)})" if missing else "")
     )
