@@ -130,15 +130,7 @@ class Recorder:
         meta: dict[str, Any] | None = None,
     ) -> None:
         x, y = _checked_samples(x_test, y_test)
-        layout = _scenario_of(
-            y,
-            scenario,
-            tasks=tasks,
-            group_test=group_test,
-            groups=groups,
-            classes=classes,
-            class_names=class_names,
-        )
+        layout = _scenario_of(y, scenario, tasks, group_test, groups, classes, class_names)
         n_classes = len({c for t in layout.classes for c in t})
         self.scenario = layout
         self.tasks = layout.cells  # the log's tasks: class ids (NC) or cell ids (NI/NIC)
@@ -160,17 +152,14 @@ class Recorder:
         self.eval_every = eval_every
         self.predict_over = predict_over
         self._requested_precision = precision
-        self._evaluator_args: dict[str, Any] = {
-            "tasks": self.tasks,
-            "n_classes": layout.n_cells,
-            "subsample_per_task": subsample_per_task,
-            "seed": seed,
-            "future_tasks": future_tasks,
-            "batch_size": batch_size,
-            "transform": transform,
-        }
-        if layout.kind != "nc":  # counted per cell: the right predictions of a cell's samples
-            self._evaluator_args["cells"] = torch.from_numpy(layout.test_cell)
+        self._evaluator_args = _evaluator_arguments(
+            layout,
+            subsample_per_task=subsample_per_task,
+            seed=seed,
+            future_tasks=future_tasks,
+            batch_size=batch_size,
+            transform=transform,
+        )
         self._x, self._y = x, y
         self._evaluator: ContinualEvaluator | None = None
         self._logits = logits
@@ -186,20 +175,14 @@ class Recorder:
         self._task_start_iteration = 0
         self._iterations_per_task: list[int] = []
         self._costs: list[dict[str, float]] = []
-        self.meta: dict[str, Any] = {
-            "recorder": True,
-            "seed": seed,
-            "eval_every": eval_every,
-            "subsample_per_task": subsample_per_task,
-            "future_tasks": future_tasks,
-            "predict_over": predict_over,
-            "versions": {
-                "clgate": __version__,
-                "torch": torch.__version__,
-                "python": platform.python_version(),
-            },
-            **({"scenario": {"type": layout.kind, "groups": layout.groups}} if layout.kind != "nc" else {}),
-        } | dict(meta or {})
+        self.meta: dict[str, Any] = _run_meta(
+            layout,
+            seed=seed,
+            eval_every=eval_every,
+            subsample_per_task=subsample_per_task,
+            future_tasks=future_tasks,
+            predict_over=predict_over,
+        ) | dict(meta or {})
 
     # ---------------------------------------------------------------- the three calls
     def step(self, model: nn.Module, *, samples: int | None = None) -> bool:
@@ -396,6 +379,31 @@ class Recorder:
         )
 
 
+def _evaluator_arguments(layout: Scenario, **options: Any) -> dict[str, Any]:
+    """The :class:`ContinualEvaluator`'s arguments but the samples and the device: over the log's
+    columns (classes in NC; cells in NI/NIC, where a right prediction counts in its sample's cell)."""
+    args = {"tasks": layout.cells, "n_classes": layout.n_cells, **options}
+    if layout.kind != "nc":
+        args["cells"] = torch.from_numpy(layout.test_cell)
+    return args
+
+
+def _run_meta(layout: Scenario, *, seed: int, **options: Any) -> dict[str, Any]:
+    """The log's ``meta`` at the start: the options, the versions, and an NI/NIC run's scenario (as the
+    engine writes it; an NC log's ``meta`` is as it always was)."""
+    return {
+        "recorder": True,
+        "seed": seed,
+        **options,
+        "versions": {
+            "clgate": __version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+        **({"scenario": {"type": layout.kind, "groups": layout.groups}} if layout.kind != "nc" else {}),
+    }
+
+
 def _checked_samples(x_test: Any, y_test: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The held-out inputs and labels as tensors (labels as int64), of the same length."""
     x = _as_tensor(x_test, "x_test")
@@ -410,7 +418,6 @@ def _checked_samples(x_test: Any, y_test: Any) -> tuple[torch.Tensor, torch.Tens
 def _scenario_of(
     y: torch.Tensor,
     scenario: str,
-    *,
     tasks: Sequence[Sequence[int]] | None,
     group_test: Any,
     groups: Sequence[str | int] | None,
