@@ -281,23 +281,7 @@ def log_from_rows(
         points = _points(records, cells.column(ids), len(cells.class_of), source, what=_cell_words)
     names = sorted(ids, key=ids.__getitem__)
     integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
-    # counts tables keep the digest of earlier releases; a rates log has accuracies in place of counts
-    kept: list[list[Any]] = [[r.iteration, r.task, r.name, r.correct, r.total, r.end] for r in records]
-    if rates:
-        kept = [[r.iteration, r.task, r.name, r.accuracy, r.end] for r in records]
-    if scenario != "nc":  # the cell tables' digest covers the groups too
-        kept = [[*row, r.group] for row, r in zip(kept, records, strict=True)]
-    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
-    rebuilt = [r for r in records if r.accuracy is not None and r.correct is not None]
-    provenance: dict[str, Any] = {
-        "imported_from": source,
-        "table_sha256": digest,
-        "counts_from_accuracy": bool(rebuilt) and not rates,
-    }
-    if rates:
-        provenance["accuracy_only"] = True
-    if decimals is not None:
-        provenance["accuracy_decimals"] = decimals
+    provenance = _provenance(records, options)
     try:
         return EvaluationLog.model_validate(
             {
@@ -312,6 +296,29 @@ def log_from_rows(
         raise TableError(
             f"{source}: the table does not make a valid log:\n  " + "\n  ".join(problems_of(exc))
         ) from None
+
+
+def _provenance(records: list[_Record], options: _Options) -> dict[str, Any]:
+    """The log's ``meta`` from the table: its source, a digest of its rows, how the counts were made."""
+    rates = options.rates
+    # counts tables keep the digest of earlier releases; a rates log has accuracies in place of counts
+    kept: list[list[Any]] = [[r.iteration, r.task, r.name, r.correct, r.total, r.end] for r in records]
+    if rates:
+        kept = [[r.iteration, r.task, r.name, r.accuracy, r.end] for r in records]
+    if options.cells:  # the cell tables' digest covers the groups too
+        kept = [[*row, r.group] for row, r in zip(kept, records, strict=True)]
+    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+    rebuilt = [r for r in records if r.accuracy is not None and r.correct is not None]
+    provenance: dict[str, Any] = {
+        "imported_from": options.source,
+        "table_sha256": digest,
+        "counts_from_accuracy": bool(rebuilt) and not rates,
+    }
+    if rates:
+        provenance["accuracy_only"] = True
+    if options.decimals is not None:
+        provenance["accuracy_decimals"] = options.decimals
+    return provenance
 
 
 def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
