@@ -350,3 +350,75 @@ def test_an_nc_log_is_byte_for_byte_what_the_recorder_wrote_before_ni(tmp_path):
     assert written == golden.replace(versions[0], versions[1])
     log = EvaluationLog.parse(written)
     assert "scenario" not in written and log.scenario == "nc" and log.class_of is None
+
+
+def test_the_lightning_callback_feeds_an_ni_recorder_as_a_plain_loop_does(tmp_path):
+    """The callback passes no task structure: an NI recorder behind it writes the plain loop's cell log."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from clgate.engine.lightning import RecorderCallback
+
+    class Classifier(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(5, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):  # type: ignore[no-untyped-def]
+            return F.cross_entropy(self(batch[0]), batch[1])
+
+        def configure_optimizers(self):  # type: ignore[no-untyped-def]
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = load_data({"kind": "npz", "path": str(_parts(tmp_path / "parts.npz")), "groups": "lighting"})
+    order = ["dusk", "night"]
+    in_group = [data.group_train == data.group_names.index(g) for g in order]
+    sets = [
+        TensorDataset(torch.from_numpy(data.x_train[m]), torch.from_numpy(data.y_train[m])) for m in in_group
+    ]
+    group_test = np.asarray(data.group_names)[data.group_test]
+
+    def recorder() -> Recorder:
+        return Recorder(
+            data.x_test,
+            data.y_test,
+            scenario="ni",
+            group_test=group_test,
+            groups=order,
+            class_names=data.class_names,
+            eval_every=2,
+        )
+
+    torch.manual_seed(0)
+    module, through_lightning = Classifier(), recorder()
+    callback = RecorderCallback(through_lightning)
+    for ds in sets:
+        trainer = pl.Trainer(
+            max_epochs=2,
+            callbacks=[callback],
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(module, DataLoader(ds, batch_size=8, shuffle=False))
+    torch.manual_seed(0)
+    model, plain = Classifier(), recorder()
+    for ds in sets:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            for x, y in DataLoader(ds, batch_size=8, shuffle=False):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                plain.step(model, samples=len(y))
+        plain.task_end(model)
+    mine, theirs = through_lightning.log(), plain.log()
+    assert not mine.partial and mine.scenario == "ni" and mine.groups == order
+    assert mine.cell_names()[3] == "bolt @ night"
+    assert [p.model_dump() for p in mine.points] == [p.model_dump() for p in theirs.points]
+    assert sum(mine.points[-1].correct) > 0.4 * sum(mine.points[-1].total)
