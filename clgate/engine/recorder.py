@@ -132,7 +132,8 @@ class Recorder:
         x, y = _checked_samples(x_test, y_test)
         layout = _scenario_of(y, scenario, tasks, group_test, groups, classes, class_names)
         n_classes = len({c for t in layout.classes for c in t})
-        self.scenario = layout
+        self.scenario: ScenarioKind = scenario
+        self._layout = layout
         self.tasks = layout.cells  # the log's tasks: class ids (NC) or cell ids (NI/NIC)
         self.task_classes = layout.classes  # the classes each task trains on
         _check_options(
@@ -253,7 +254,7 @@ class Recorder:
         """The evaluation log so far (``partial`` until every task has ended); validated."""
         finished = self.task > len(self.tasks)
         return EvaluationLog(
-            **self.scenario.log_fields(),  # none in NC: its log is as it always was
+            **self._layout.log_fields(),  # none in NC: its log is as it always was
             class_names=self.class_names,
             tasks=self.tasks,
             points=[p.model_copy() for p in self.points],

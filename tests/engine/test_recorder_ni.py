@@ -202,6 +202,7 @@ def test_group_ids_default_order_and_future_tasks():
     assert log.groups == ["3", "7"] and log.cell_names() == ["0 @ 3", "1 @ 3", "0 @ 7", "1 @ 7"]
     assert log.points[0].total == [2, 2, 2, 2] and log.points[0].correct == [2, 2, 2, 2]
     assert log.partial and log.meta["scenario"] == {"type": "ni", "groups": ["3", "7"]}
+    assert rec.scenario == "ni" and rec.n_classes == 2 and rec.tasks == [[0, 1], [2, 3]]
 
 
 X, Y = torch.zeros(8, 2), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
