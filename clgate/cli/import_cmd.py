@@ -90,7 +90,10 @@ ClassesOption = Annotated[
 def import_command(
     table: Annotated[
         Path,
-        typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct (or accuracy), total."),
+        typer.Argument(
+            help="CSV or JSON Lines table: iteration, task, class, correct (or accuracy), total; and group "
+            "with --scenario ni or nic."
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Evaluation log to write (.json, .jsonl or .npz).")
