@@ -423,3 +423,49 @@ def test_the_lightning_callback_feeds_an_ni_recorder_as_a_plain_loop_does(tmp_pa
     assert mine.cell_names()[3] == "bolt @ night"
     assert [p.model_dump() for p in mine.points] == [p.model_dump() for p in theirs.points]
     assert sum(mine.points[-1].correct) > 0.4 * sum(mine.points[-1].total)
+
+
+def test_the_avalanche_plugin_feeds_an_nic_recorder_as_a_plain_loop_does(tmp_path):
+    """Avalanche's hooks (after_update per optimizer step, after_training_exp per experience) in its
+    order: one experience per task of an NIC scenario, the recorder holding the structure."""
+    from types import SimpleNamespace
+
+    from clgate.engine.avalanche import RecorderPlugin
+
+    data = load_data({"kind": "npz", "path": str(_parts(tmp_path / "parts.npz")), "groups": "lighting"})
+    order, brought = ["day", "night", "day"], [[0, 1], [0, 1, 2], [2]]
+    group_test = np.asarray(data.group_names)[data.group_test]
+    logs = []
+    for use_plugin in (True, False):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(5, 3)
+        recorder = Recorder(
+            data.x_test,
+            data.y_test,
+            scenario="nic",
+            group_test=group_test,
+            groups=order,
+            classes=brought,
+            eval_every=3,
+            device="cpu",
+        )
+        plugin = RecorderPlugin(recorder, path=tmp_path / "log.json")
+        for group, classes in zip(order, brought, strict=True):
+            m = (data.group_train == data.group_names.index(group)) & np.isin(data.y_train, classes)
+            x, y = torch.from_numpy(data.x_train[m]), torch.from_numpy(data.y_train[m])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for b in torch.arange(len(y)).split(8):
+                optimizer.zero_grad()
+                F.cross_entropy(model(x[b]), y[b]).backward()
+                optimizer.step()
+                if use_plugin:
+                    plugin.after_update(SimpleNamespace(model=model, mb_x=x[b], mb_y=y[b]))
+                else:
+                    recorder.step(model, samples=len(b))
+            if use_plugin:
+                plugin.after_training_exp(SimpleNamespace(model=model, experience=None))
+            else:
+                recorder.task_end(model)
+        logs.append(load_log(tmp_path / "log.json") if use_plugin else recorder.log())
+    assert logs[0].model_dump(exclude={"meta"}) == logs[1].model_dump(exclude={"meta"})
+    assert logs[0].scenario == "nic" and logs[0].class_of == [0, 1, 0, 1, 2, 2] and not logs[0].partial
