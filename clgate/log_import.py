@@ -18,6 +18,10 @@ table of accuracies without any size becomes a rates log (``accuracy`` points, n
 The task layout is the order in which classes are first evaluated (the classes first seen at task
 ``k``'s points form task ``k``), or given explicitly (``tasks``). Pure python: no torch.
 
+New-instances (``scenario="ni"``) and mixed (``"nic"``) tables add a ``group`` column: the sample group
+of the row's cell (class c on group g). The cells first evaluated during task ``k`` are task ``k``'s,
+all of one group; or the layout is given as the job spec gives it (``groups``, and ``classes`` in NIC).
+
 >>> rows = [
 ...     {"iteration": 5, "task": 1, "class": "cat", "correct": 9, "total": 10},
 ...     {"iteration": 5, "task": 1, "class": "dog", "correct": 7, "total": 10},
@@ -28,6 +32,17 @@ The task layout is the order in which classes are first evaluated (the classes f
 >>> log = log_from_rows(rows, source="demo")
 >>> log.tasks, log.class_names, log.points[1].correct
 ([[0, 1], [2]], ['cat', 'dog', 'eel'], [5, 6, 8])
+>>> rows = [
+...     {"iteration": 5, "task": 1, "group": "day", "class": "cat", "correct": 9, "total": 10},
+...     {"iteration": 5, "task": 1, "group": "day", "class": "dog", "correct": 8, "total": 10},
+...     {"iteration": 9, "task": 2, "group": "day", "class": "cat", "correct": 7, "total": 10},
+...     {"iteration": 9, "task": 2, "group": "day", "class": "dog", "correct": 8, "total": 10},
+...     {"iteration": 9, "task": 2, "group": "night", "class": "cat", "correct": 6, "total": 10},
+...     {"iteration": 9, "task": 2, "group": "night", "class": "dog", "correct": 9, "total": 10},
+... ]
+>>> log = log_from_rows(rows, source="demo", scenario="ni")
+>>> log.tasks, log.class_of, log.groups, log.points[1].correct
+([[0, 1], [2, 3]], [0, 1, 0, 1], ['day', 'night'], [7, 8, 6, 9])
 """  # noqa: E501 - a Markdown table row cannot be wrapped
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -46,10 +61,14 @@ from pydantic import ValidationError
 
 from clgate.schemas.errors import InputError, problems_of
 from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.job import ScenarioSpec
 
 TableFormat = Literal["csv", "jsonl"]
+ScenarioKind = Literal["nc", "ni", "nic"]
 REQUIRED = ("iteration", "task", "class", "total")
 KNOWN = {*REQUIRED, "correct", "accuracy", "task_end"}
+GROUP = "group"
+"""The column of a new-instances (NI/NIC) table that names the sample group of the row's cell."""
 MAX_ROWS = 5_000_000
 
 
@@ -191,6 +210,7 @@ class _Record(NamedTuple):
     total: int | None
     accuracy: float | None
     end: bool | None
+    group: str | None = None  # NI/NIC: the sample group of the row's cell
 
 
 class _Options(NamedTuple):
@@ -199,6 +219,7 @@ class _Options(NamedTuple):
     totals: Mapping[str, int] | int | None
     on_ambiguous: AmbiguousPolicy
     rates: bool  # no row has a total and none was given: the log keeps the accuracies
+    cells: bool = False  # an NI/NIC table: rows are cells (group, class)
 
 
 def log_from_rows(
@@ -210,6 +231,9 @@ def log_from_rows(
     decimals: int | None = None,
     totals: Mapping[str, int] | int | None = None,
     on_ambiguous: AmbiguousPolicy = "refuse",
+    scenario: ScenarioKind = "nc",
+    groups: Sequence[str] | None = None,
+    classes: Sequence[Sequence[int | str]] | None = None,
 ) -> EvaluationLog:
     """Build and validate the log; raises :class:`TableError` naming ``source``, the row and the column.
 
@@ -219,10 +243,16 @@ def log_from_rows(
     each class's number of evaluated samples (class name → size, or one size for every class), for a
     table without a ``total`` column. A table with accuracies and no totals at all becomes a rates log
     (``accuracy`` points: no confidence bounds).
+
+    ``scenario="ni"``/``"nic"``: the rows are cells, named by their ``group`` column and class; the log
+    is over cells (``scenario``, ``class_of``, ``groups``). ``groups`` (the group of each task) and, in
+    NIC, ``classes`` (the classes each task brings) give the layout instead of the order of first
+    evaluation; ``totals`` may name a cell (``"cat @ night"``) or a class (every group's cell).
     """
     numbered = [r if isinstance(r, tuple) else (i + 2, r) for i, r in enumerate(rows)]
     if not numbered:
         raise TableError(f"{source}: no rows")
+    _check_scenario_options(scenario, tasks=tasks, groups=groups, classes=classes)
     if decimals is not None and decimals < 0:
         raise TableError(f"--decimals: must be ≥ 0, got {decimals}")
     if on_ambiguous not in ("refuse", "nearest"):
@@ -233,35 +263,29 @@ def log_from_rows(
             f"--decimals: rebuilding counts needs each class's size, and {source} has no total column: "
             "give --totals FILE or --total N (or leave --decimals out to import the accuracies as they are)"
         )
-    options = _Options(source, decimals, totals, on_ambiguous, rates)
+    options = _Options(source, decimals, totals, on_ambiguous, rates, cells=scenario != "nc")
     records = [_record(number, row, options) for number, row in numbered]
     if isinstance(totals, Mapping):
-        unused = sorted(set(totals) - {r.name for r in records})
+        named = {r.name for r in records} | {f"{r.name} @ {r.group}" for r in records if r.group is not None}
+        unused = sorted(set(totals) - named)
         if unused:
             raise TableError(f"--totals: class(es) {unused[:10]} never appear in {source}")
-    ids = _class_ids(records, tasks, source)
-    layout = _layout(records, ids, tasks, source)
-    points = _points(records, ids, len(ids), source)
+    fields: dict[str, Any] = {}
+    if scenario == "nc":
+        ids = _class_ids(records, tasks, source)
+        layout = _layout(records, ids, tasks, source)
+        points = _points(records, lambda r: ids[r.name], len(ids), source)
+    else:
+        ids, cells = _cell_layout(records, scenario, groups, classes, source)
+        layout, fields = cells.tasks, cells.fields()
+        points = _points(records, cells.column(ids), len(cells.class_of), source, what=_cell_words)
     names = sorted(ids, key=ids.__getitem__)
     integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
-    # counts tables keep the digest of earlier releases; a rates log has accuracies in place of counts
-    kept: list[list[Any]] = [[r.iteration, r.task, r.name, r.correct, r.total, r.end] for r in records]
-    if rates:
-        kept = [[r.iteration, r.task, r.name, r.accuracy, r.end] for r in records]
-    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
-    rebuilt = [r for r in records if r.accuracy is not None and r.correct is not None]
-    provenance: dict[str, Any] = {
-        "imported_from": source,
-        "table_sha256": digest,
-        "counts_from_accuracy": bool(rebuilt) and not rates,
-    }
-    if rates:
-        provenance["accuracy_only"] = True
-    if decimals is not None:
-        provenance["accuracy_decimals"] = decimals
+    provenance = _provenance(records, options)
     try:
         return EvaluationLog.model_validate(
             {
+                **fields,
                 "class_names": None if integer_ids else names,
                 "tasks": layout,
                 "points": points,
@@ -274,6 +298,29 @@ def log_from_rows(
         ) from None
 
 
+def _provenance(records: list[_Record], options: _Options) -> dict[str, Any]:
+    """The log's ``meta`` from the table: its source, a digest of its rows, how the counts were made."""
+    rates = options.rates
+    # counts tables keep the digest of earlier releases; a rates log has accuracies in place of counts
+    kept: list[list[Any]] = [[r.iteration, r.task, r.name, r.correct, r.total, r.end] for r in records]
+    if rates:
+        kept = [[r.iteration, r.task, r.name, r.accuracy, r.end] for r in records]
+    if options.cells:  # the cell tables' digest covers the groups too
+        kept = [[*row, r.group] for row, r in zip(kept, records, strict=True)]
+    digest = hashlib.sha256(json.dumps(kept).encode()).hexdigest()
+    rebuilt = [r for r in records if r.accuracy is not None and r.correct is not None]
+    provenance: dict[str, Any] = {
+        "imported_from": options.source,
+        "table_sha256": digest,
+        "counts_from_accuracy": bool(rebuilt) and not rates,
+    }
+    if rates:
+        provenance["accuracy_only"] = True
+    if options.decimals is not None:
+        provenance["accuracy_decimals"] = options.decimals
+    return provenance
+
+
 def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
     """One row, checked and with its count rebuilt from its accuracy where it has none."""
     where = f"{options.source}: row {number}"
@@ -281,6 +328,8 @@ def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
     has_accuracy = "accuracy" in row and not _blank(row["accuracy"])
     has_total = "total" in row and not _blank(row["total"])
     missing = [c for c in ("iteration", "task", "class") if c not in row or _blank(row[c])]
+    if options.cells and (GROUP not in row or _blank(row[GROUP])):
+        missing.append(f"{GROUP} (the sample group of the row's cell, for an ni/nic table)")
     if not has_correct and not has_accuracy:
         missing.append("correct (or accuracy)")
     if not has_total and options.totals is None and not (options.rates and not has_correct):
@@ -294,9 +343,10 @@ def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
         raise TableError(f"{where}, column 'class': empty")
     end = _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
     acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'") if has_accuracy else None
+    group = str(row[GROUP]).strip() if options.cells else None
     if options.rates:
-        return _Record(number, iteration, task, name, None, None, acc, end)
-    total = _total(row, has_total, name, where, options)
+        return _Record(number, iteration, task, name, None, None, acc, end, group)
+    total = _total(row, has_total, name if group is None else (name, group), where, options)
     at = f"{where} (class {name!r}, iteration {iteration}), column 'accuracy'"
     if has_correct:
         correct = _int(row["correct"], f"{where}, column 'correct'")
@@ -310,18 +360,25 @@ def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
         correct = _rebuilt(acc, total, at, options)
     if correct > total:
         raise TableError(f"{where}, column 'correct': {correct} exceeds total {total}")
-    return _Record(number, iteration, task, name, correct, total, acc, end)
+    return _Record(number, iteration, task, name, correct, total, acc, end, group)
 
 
-def _total(row: Mapping[str, Any], has_total: bool, name: str, where: str, options: _Options) -> int:
-    """The row's ``total``, or the class's size from ``--totals``/``--total`` (both: they must agree)."""
+def _total(
+    row: Mapping[str, Any], has_total: bool, key: str | tuple[str, str], where: str, options: _Options
+) -> int:
+    """The row's ``total``, or the class's size from ``--totals``/``--total`` (both: they must agree).
+    ``key``: the class's name, or (class, group) for a cell, whose size is the cell's or its class's."""
     given: int | None = None
+    name = key if isinstance(key, str) else f"{key[0]} @ {key[1]}"
     if isinstance(options.totals, int):
         given = options.totals
     elif options.totals is not None:
-        if name not in options.totals:
+        for candidate in (name, key[0]) if isinstance(key, tuple) else (name,):
+            if candidate in options.totals:
+                given = options.totals[candidate]
+                break
+        else:
             raise TableError(f"{where}, column 'class': class {name!r} has no size in --totals")
-        given = options.totals[name]
     if not has_total:
         assert given is not None
         return given
@@ -366,7 +423,11 @@ def _rebuilt(acc: float, total: int, at: str, options: _Options) -> int:
 
 
 def _class_ids(
-    records: list[_Record], tasks: Sequence[Sequence[int | str]] | None, source: str
+    records: list[_Record],
+    tasks: Sequence[Sequence[int | str]] | None,
+    source: str,
+    *,
+    option: str = "--tasks",
 ) -> dict[str, int]:
     names = list(dict.fromkeys(r.name for r in sorted(records, key=lambda r: (r.iteration, r.number))))
     if all(n.isdigit() for n in names):
@@ -383,7 +444,7 @@ def _class_ids(
         flat = [str(c) for g in tasks for c in g]
         unknown = sorted(set(names) - set(flat))
         if unknown:
-            raise TableError(f"{source}: class(es) {unknown[:10]} of the table are in no task of --tasks")
+            raise TableError(f"{source}: class(es) {unknown[:10]} of the table are in no task of {option}")
         return {n: i for i, n in enumerate(flat)}
     return {n: i for i, n in enumerate(names)}  # ids in order of first evaluation
 
@@ -417,12 +478,183 @@ def _layout(
     return layout
 
 
-def _points(records: list[_Record], ids: dict[str, int], n_classes: int, source: str) -> list[dict[str, Any]]:
+def _check_scenario_options(
+    scenario: str,
+    *,
+    tasks: Sequence[Sequence[int | str]] | None,
+    groups: Sequence[str] | None,
+    classes: Sequence[Sequence[int | str]] | None,
+) -> None:
+    """The layout options that belong to the table's scenario, each refused by its name otherwise."""
+    if scenario not in ("nc", "ni", "nic"):
+        raise TableError(f"--scenario: nc, ni or nic, got {scenario!r}")
+    if scenario == "nc":
+        for option, value in (("--groups", groups), ("--classes", classes)):
+            if value is not None:
+                raise TableError(f"{option}: only with --scenario ni or nic (a table of sample groups)")
+        return
+    if tasks is not None:
+        raise TableError(
+            f"--tasks: the class groups of an nc table; with --scenario {scenario} give --groups (the group "
+            "of each task)" + (" and --classes (the classes each brings)" if scenario == "nic" else "")
+        )
+    if scenario == "ni" and classes is not None:
+        raise TableError("--classes: only with --scenario nic (in ni every task brings every class)")
+    if scenario == "nic" and (groups is None) != (classes is None):
+        raise TableError(
+            "--groups and --classes: with --scenario nic give both (the group of each task and the classes "
+            "it brings), or neither (the layout from the order of first evaluation)"
+        )
+
+
+class _Cells(NamedTuple):
+    """An NI/NIC table's layout: task k's cells are the classes it brings on group ``groups[k]``."""
+
+    kind: str
+    tasks: list[list[int]]
+    class_of: list[int]
+    groups: list[str]
+    cell_of: dict[tuple[str | None, int], int]
+
+    def fields(self) -> dict[str, Any]:
+        return {"scenario": self.kind, "class_of": self.class_of, "groups": self.groups}
+
+    def column(self, ids: Mapping[str, int]) -> Callable[[_Record], int]:
+        return lambda r: self.cell_of[(r.group, ids[r.name])]
+
+
+def _cell_layout(
+    records: list[_Record],
+    kind: str,
+    groups: Sequence[str] | None,
+    classes: Sequence[Sequence[int | str]] | None,
+    source: str,
+) -> tuple[dict[str, int], _Cells]:
+    """Class ids and cells: from ``groups``/``classes`` when given, else from the first evaluations;
+    checked with the job spec's rules for groups (their names, what a group brings twice)."""
+    named = [list(dict.fromkeys(str(c) for t in classes for c in t))] if classes is not None else None
+    ids = _class_ids(records, named, source, option="--classes")
+    if groups is None:
+        order, brought = _first_evaluated_cells(records, ids, source)
+    else:
+        order = [str(g) for g in groups]
+        present = {r.name for r in records}
+        brought = _declared_classes(kind, len(order), classes, {n: ids[n] for n in present}, source)
+    _check_groups(
+        kind, order, brought, where="--groups" if groups is not None else f"{source}: column 'group'"
+    )
+    cell_of: dict[tuple[str | None, int], int] = {}
+    tasks: list[list[int]] = []
+    class_of: list[int] = []
+    for group, task_classes in zip(order, brought, strict=True):
+        tasks.append(list(range(len(class_of), len(class_of) + len(task_classes))))
+        for c in task_classes:
+            cell_of[(group, c)] = len(class_of)
+            class_of.append(c)
+    stray = next((r for r in records if (r.group, ids[r.name]) not in cell_of), None)
+    if stray is not None:
+        raise TableError(
+            f"{source}: row {stray.number}, column 'group': {_cell_words(stray)} is in no task of --groups"
+            + (" and --classes" if kind == "nic" else "")
+        )
+    return ids, _Cells(kind, tasks, class_of, order, cell_of)
+
+
+def _first_evaluated_cells(
+    records: list[_Record], ids: Mapping[str, int], source: str
+) -> tuple[list[str], list[list[int]]]:
+    """Each task's group and classes: the cells first evaluated during task k, all of one group."""
+    first: dict[tuple[str, int], int] = {}
+    for r in records:
+        key = (str(r.group), ids[r.name])
+        first[key] = min(first.get(key, r.task), r.task)
+    hint = 'give the layout with --groups \'["day","night"]\' (and --classes with --scenario nic)'
+    order: list[str] = []
+    brought: list[list[int]] = []
+    for k in range(1, max(r.task for r in records) + 1):
+        new = sorted(key for key, task in first.items() if task == k)
+        names = sorted({group for group, _ in new})
+        if not new:
+            raise TableError(
+                f"{source}: task {k} evaluates no cell (a class on a group) that earlier tasks did not; "
+                f"the layout cannot be inferred (were future tasks evaluated?): {hint}"
+            )
+        if len(names) > 1:
+            raise TableError(
+                f"{source}: task {k} first evaluates cells of groups {', '.join(map(repr, names))}, but a "
+                f"task brings one sample group (were future tasks evaluated?): {hint}"
+            )
+        order.append(names[0])
+        brought.append([c for _, c in new])
+    return order, brought
+
+
+def _declared_classes(
+    kind: str,
+    n_tasks: int,
+    classes: Sequence[Sequence[int | str]] | None,
+    ids: Mapping[str, int],
+    source: str,
+) -> list[list[int]]:
+    """The classes each task brings: every class in NI, ``--classes`` (ids or names) in NIC; ``ids``:
+    those of the classes in the table."""
+    if kind == "ni" or classes is None:
+        return [sorted(set(ids.values())) for _ in range(n_tasks)]
+    brought = []
+    for k, task_classes in enumerate(classes):
+        try:
+            brought.append([ids[str(c)] for c in task_classes])
+        except KeyError as exc:
+            raise TableError(f"--classes[{k}]: class {exc.args[0]!r} never appears in {source}") from None
+    return brought
+
+
+def _check_groups(kind: str, order: list[str], brought: list[list[int]], *, where: str) -> None:
+    """The job spec's rules: group names (no '@', which names a cell), one task per group in NI, a
+    group never bringing a class twice in NIC; problems about ``groups`` are told at ``where``."""
+    try:
+        ScenarioSpec(type=kind, groups=order, classes=brought if kind == "nic" else None)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = [_told_at(p, where) for p in problems_of(exc)]
+        raise TableError("\n".join(problems)) from None
+
+
+def _told_at(problem: str, where: str) -> str:
+    """A scenario problem with the option (or column) the user gave: ``--groups``, ``--classes[k]``."""
+    if problem.startswith("groups:"):
+        return where + problem.removeprefix("groups")
+    return f"--{problem}" if problem.startswith("classes") else problem
+
+
+def _class_words(r: _Record) -> str:
+    return f"class {r.name!r}"
+
+
+def _cell_words(r: _Record) -> str:
+    return f"class {r.name!r} of group {r.group!r}"
+
+
+def _points(
+    records: list[_Record],
+    column_of: Callable[[_Record], int],
+    n_classes: int,
+    source: str,
+    *,
+    what: Callable[[_Record], str] = _class_words,
+) -> list[dict[str, Any]]:
+    """One point per iteration; ``column_of(row)``: the row's position in the counts (its class, or
+    its cell); ``what(row)`` names it in an error."""
     by_iteration: dict[int, dict[str, Any]] = {}
     rates = any(r.correct is None for r in records)  # then none has counts (a rates log)
-    for number, iteration, task, name, correct, total, acc, end in sorted(
-        records, key=lambda r: (r.iteration, r.number)
-    ):
+    for record in sorted(records, key=lambda r: (r.iteration, r.number)):
+        number, iteration, task, correct, total, end = (
+            record.number,
+            record.iteration,
+            record.task,
+            record.correct,
+            record.total,
+            record.end,
+        )
         point = by_iteration.get(iteration)
         if point is None:
             values: dict[str, list[Any]] = (
@@ -450,15 +682,15 @@ def _points(records: list[_Record], ids: dict[str, int], n_classes: int, source:
             )
         if end is not None:
             point["task_end"] = end
-        c = ids[name]
+        c = column_of(record)
         if c in point["_rows"]:
             raise TableError(
-                f"{where}, column 'class': class {name!r} already given at iteration {iteration} "
+                f"{where}, column 'class': {what(record)} already given at iteration {iteration} "
                 f"(row {point['_rows'][c]})"
             )
         point["_rows"][c] = number
         if rates:
-            point["accuracy"][c] = acc
+            point["accuracy"][c] = record.accuracy
         else:
             point["correct"][c] = correct
             point["total"][c] = total
@@ -474,18 +706,24 @@ def _points(records: list[_Record], ids: dict[str, int], n_classes: int, source:
 
 
 def rows_from_log(log: EvaluationLog) -> list[dict[str, Any]]:
-    """The table of a log with counts: one row per evaluated class per point (the inverse of import)."""
+    """The table of a log with counts: one row per evaluated class per point (the inverse of import).
+    An NI/NIC log's rows are its cells: a ``group`` column (the group's name, else ``task k``) beside
+    the class."""
+    cells = log.class_of is not None
+    class_of, task_of = log.classes_of_cells(), log.task_of_cells()
     rows = []
     for p in log.points:
         if p.correct is None or p.total is None:
             raise TableError("the log has accuracies only; a table needs correct/total counts")
         for c, (correct, total) in enumerate(zip(p.correct, p.total, strict=False)):
             if total:
+                where = {GROUP: log.group_label(task_of[c])} if cells else {}
                 rows.append(
                     {
                         "iteration": p.iteration,
                         "task": p.task,
-                        "class": log.class_label(c),
+                        **where,
+                        "class": log.class_label(class_of[c]),
                         "correct": correct,
                         "total": total,
                         "task_end": p.task_end,
@@ -559,19 +797,32 @@ def import_table(
     decimals: int | None = None,
     totals: Mapping[str, int] | int | None = None,
     on_ambiguous: AmbiguousPolicy = "refuse",
+    scenario: ScenarioKind = "nc",
+    groups: Sequence[str] | None = None,
+    classes: Sequence[Sequence[int | str]] | None = None,
 ) -> EvaluationLog:
     """Read a CSV/JSON Lines per-class table and return the validated log (:class:`TableError` on bad
-    input); ``decimals``, ``totals`` and ``on_ambiguous`` as in :func:`log_from_rows`."""
+    input); ``decimals``, ``totals``, ``on_ambiguous``, ``scenario``, ``groups`` and ``classes`` as in
+    :func:`log_from_rows`."""
     path = Path(path)
     rows = read_table(path, fmt=fmt)
-    unknown = sorted({k for _, r in rows for k in r} - KNOWN)
+    unknown = sorted({k for _, r in rows for k in r} - KNOWN - ({GROUP} if scenario != "nc" else set()))
     meta = {"ignored_columns": unknown} if unknown else {}
-    return log_from_rows(
-        rows,
-        source=str(path),
-        tasks=tasks,
-        meta=meta,
-        decimals=decimals,
-        totals=totals,
-        on_ambiguous=on_ambiguous,
-    )
+    try:
+        return log_from_rows(
+            rows,
+            source=str(path),
+            tasks=tasks,
+            meta=meta,
+            decimals=decimals,
+            totals=totals,
+            on_ambiguous=on_ambiguous,
+            scenario=scenario,
+            groups=groups,
+            classes=classes,
+        )
+    except TableError as exc:  # an NC table with a group column: say what the column could mean
+        if GROUP not in unknown:
+            raise
+        hint = f"(the table has a {GROUP!r} column: for a table of sample groups give --scenario ni or nic)"
+        raise TableError(f"{exc}\n{hint}") from None

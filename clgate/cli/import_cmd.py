@@ -22,6 +22,12 @@ class AmbiguousOption(StrEnum):
     nearest = "nearest"
 
 
+class ScenarioOption(StrEnum):
+    nc = "nc"
+    ni = "ni"
+    nic = "nic"
+
+
 DecimalsOption = Annotated[
     int | None,
     typer.Option(
@@ -55,11 +61,39 @@ OnAmbiguousOption = Annotated[
     ),
 ]
 
+ScenarioOpt = Annotated[
+    ScenarioOption,
+    typer.Option(
+        "--scenario",
+        help="nc: rows are classes (the default). ni (new instances) or nic (new instances and classes): "
+        "rows are cells, named by a group column (the sample group) beside the class.",
+    ),
+]
+GroupsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--groups",
+        help='With --scenario ni or nic: the sample group of each task, as JSON, e.g. \'["day","night"]\' '
+        "(default: the group of the cells first evaluated during each task).",
+    ),
+]
+ClassesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--classes",
+        help="With --scenario nic and --groups: the classes each task brings, as JSON, "
+        "e.g. '[[0,1],[0,1,2]]'.",
+    ),
+]
+
 
 def import_command(
     table: Annotated[
         Path,
-        typer.Argument(help="CSV or JSON Lines table: iteration, task, class, correct (or accuracy), total."),
+        typer.Argument(
+            help="CSV or JSON Lines table: iteration, task, class, correct (or accuracy), total; and group "
+            "with --scenario ni or nic."
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Evaluation log to write (.json, .jsonl or .npz).")
@@ -78,12 +112,17 @@ def import_command(
     totals: TotalsOption = None,
     total: TotalOption = None,
     on_ambiguous: OnAmbiguousOption = AmbiguousOption.refuse,
+    scenario: ScenarioOpt = ScenarioOption.nc,
+    groups: GroupsOption = None,
+    classes: ClassesOption = None,
 ) -> None:
     """Turn a per-class results table into a validated clgate.evaluation-log/v1 (exit 2 on bad input)."""
     # lazy: CLI — `clgate --help` loads no command's dependencies
     from clgate.log_import import TableError, import_table, read_totals
 
     layout = _task_layout(tasks)
+    group_order = _group_order(groups)
+    brought = _task_layout(classes, option="--classes")
     if totals is not None and total is not None:
         fail("--totals and --total: give one of them (a file of class sizes, or one size for every class)")
     if on_ambiguous is AmbiguousOption.nearest and decimals is None:
@@ -97,6 +136,9 @@ def import_command(
             decimals=decimals,
             totals=sizes,
             on_ambiguous=on_ambiguous.value,
+            scenario=scenario.value,
+            groups=group_order,
+            classes=brought,
         )
     except TableError as exc:
         fail(str(exc))
@@ -112,22 +154,41 @@ def import_command(
     note = f"; ignored column(s) {', '.join(ignored)}" if ignored else ""
     if log.meta.get("accuracy_only"):
         note += "; accuracies only (no class sizes: give --totals or --total for counts and bounds)"
-    typer.echo(f"{out}: {log.n_tasks} tasks, {log.n_classes} classes, {len(log.points)} points{note}")
+    if ignored and "group" in ignored:
+        note += " (a table of sample groups? give --scenario ni or nic)"
+    if log.class_of is not None:
+        what = f"{log.n_real_classes} classes in {log.n_classes} cells ({log.scenario})"
+    else:
+        what = f"{log.n_classes} classes"
+    typer.echo(f"{out}: {log.n_tasks} tasks, {what}, {len(log.points)} points{note}")
 
 
-def _task_layout(tasks: str | None) -> list[list[int | str]] | None:
-    """``--tasks`` as a list of class lists (exit 2 naming the option when it is not one)."""
+def _task_layout(tasks: str | None, *, option: str = "--tasks") -> list[list[int | str]] | None:
+    """``--tasks`` (or ``--classes``) as a list of class lists (exit 2 naming the option otherwise)."""
     if tasks is None:
         return None
     try:
         layout = json.loads(tasks)
     except json.JSONDecodeError as exc:
-        fail(f"--tasks: not JSON ({exc.msg}); write it like '[[0,1],[2,3]]'")
+        fail(f"{option}: not JSON ({exc.msg}); write it like '[[0,1],[2,3]]'")
     if not (isinstance(layout, list) and layout and all(isinstance(g, list) and g for g in layout)):
-        fail("--tasks: expected a non-empty list of non-empty class lists, like '[[0,1],[2,3]]'")
+        fail(f"{option}: expected a non-empty list of non-empty class lists, like '[[0,1],[2,3]]'")
     if any(isinstance(c, (bool, float, dict, list)) or c is None for g in layout for c in g):
-        fail("--tasks: classes must be integer ids or names")
+        fail(f"{option}: classes must be integer ids or names")
     return layout
+
+
+def _group_order(groups: str | None) -> list[str] | None:
+    """``--groups`` as a list of group names (exit 2 naming the option when it is not one)."""
+    if groups is None:
+        return None
+    try:
+        order = json.loads(groups)
+    except json.JSONDecodeError as exc:
+        fail(f'--groups: not JSON ({exc.msg}); write it like \'["day","night"]\'')
+    if not (isinstance(order, list) and order and all(isinstance(g, (str, int)) for g in order)):
+        fail('--groups: expected a non-empty list of group names, like \'["day","night"]\'')
+    return [str(g) for g in order]
 
 
 def register(app: typer.Typer) -> None:

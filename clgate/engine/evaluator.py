@@ -144,8 +144,18 @@ class ContinualEvaluator:
     in training order. ``subsample_per_task``: keep a fixed, ``seed``-drawn subsample of that many
     samples per task. ``future_tasks``: evaluate every task at every point (not only those seen).
     ``batch_size``: ``None`` picks :func:`auto_batch_size`. ``transform``: applied to each batch.
+    ``cells``: in an NI/NIC scenario, each held-out sample's cell (task k, class c; ``-1``: in no task);
+    ``tasks`` and ``n_classes`` are then over cells, and a right prediction (the label) counts in the
+    sample's cell — how the engine's trusted side counts.
     :meth:`evaluate` takes ``predict`` (inputs → logits) and the model (its train/eval mode is
     restored). Public: :class:`clgate.Recorder` is built on it; see docs/recorder.md.
+
+    >>> logits = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])  # predicts 0, 1, 1, 1
+    >>> y = torch.tensor([0, 1, 0, 1]); cell = torch.tensor([0, 1, 2, 3])  # 2 classes × 2 groups
+    >>> ev = ContinualEvaluator(logits, y, tasks=[[0, 1], [2, 3]], n_classes=4,
+    ...                         device=torch.device("cpu"), cells=cell)
+    >>> ev.evaluate(lambda x: x, torch.nn.Identity(), seen_tasks=2)
+    ([1, 1, 0, 1], [1, 1, 1, 1])
     """
 
     def __init__(
@@ -162,9 +172,11 @@ class ContinualEvaluator:
         batch_size: int | None = None,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        cells: torch.Tensor | None = None,
     ) -> None:
+        columns = y_test if cells is None else cells  # where a sample's right prediction is counted
         selection = select_heldout(
-            y_test.cpu().numpy(),
+            columns.cpu().numpy(),
             tasks=tasks,
             n_classes=n_classes,
             subsample_per_task=subsample_per_task,
@@ -182,6 +194,7 @@ class ContinualEvaluator:
         else:
             self.x = x_test[order].to(device)
         self.y = y_test[order].to(device)
+        self.columns = self.y if cells is None else columns[order].to(device)
         self.n_classes = n_classes
         self.device = device
         self.future_tasks = future_tasks
@@ -209,13 +222,14 @@ class ContinualEvaluator:
                 for start in range(0, n, self.batch_size):
                     end = min(start + self.batch_size, n)
                     y = self.y[start:end]
+                    column = self.columns[start:end]
                     x = self.x[start:end]
                     logits = predict(x if self.transform is None else self.transform(x))
                     # a NaN or +inf logit is a wrong prediction, never "class 0" (argmax of NaN);
                     # -inf is how predict_over: seen masks unseen classes
                     broken = (torch.isnan(logits) | torch.isposinf(logits)).any(dim=1)
                     hit = (logits.argmax(dim=1) == y) & ~broken
-                    correct.scatter_add_(0, y, hit.long())
+                    correct.scatter_add_(0, column, hit.long())
         finally:
             model.train(was_training)
         return correct.tolist(), list(self.totals[k - 1])
