@@ -268,6 +268,49 @@ def test_icarl_splits_its_memory_among_seen_classes_by_herding_priority():
         assert all(bytes(r.numpy()) in own for r in rows)
 
 
+@pytest.mark.parametrize("name", ["icarl", "wa"])
+def test_a_known_class_in_a_later_task_gets_a_set_of_its_new_samples(name):
+    """NI/NIC: a class's exemplars are split among the tasks that brought it, each set herded from that
+    task's samples, the earlier sets cut to their first ones; NC is iCaRL's one set per class."""
+    model = _mlp()
+    ctx = _ctx(model)
+    strategy, _ = create_strategy(name, {"mem_size": 8}, ctx)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, size=(60, 3), dtype=np.uint8)
+    y = np.tile(np.repeat([0, 1], 10), 3)  # three groups (tasks) of 20 samples, classes 0 and 1
+    y[50:] = 2  # the third group brings class 0 again and a new class 2 (NIC)
+    groups = [Samples(x, y, np.arange(20 * g, 20 * (g + 1))) for g in range(3)]
+
+    def herded(task: Samples, c: int, m: int) -> torch.Tensor:
+        where = (task.labels == c).nonzero().flatten()
+        with torch.no_grad():
+            feats = model[1](model[0](torch.from_numpy(x[task.index[where.numpy()]]).float() / 255))
+        return torch.from_numpy(x[task.index[where[herding(feats, m)].numpy()]])
+
+    sets: dict[int, list[torch.Tensor]] = {}
+    for k, (task, quota) in enumerate(zip(groups, ({0: [4], 1: [4]}, {0: [2, 2], 1: [2, 2]}, None))):
+        ctx.seen[task.labels.unique()] = True
+        strategy.before_task(k, task)
+        strategy.end_training(k, task)
+        strategy.after_task(k, task)
+        if quota is not None:
+            for c in (0, 1):
+                sets.setdefault(c, []).append(herded(task, c, quota[c][-1]))
+                assert [len(v) for v in strategy.cells[c]] == quota[c]
+                assert torch.equal(
+                    strategy.exemplars[c], torch.cat([v[:n] for v, n in zip(sets[c], quota[c])])
+                )
+    # task 3: 8 // 3 classes = 2 a class; class 0 over its three sets (1, 1, 0), class 1 over two (1, 1)
+    assert {c: [len(v) for v in sets_] for c, sets_ in strategy.cells.items()} == {
+        0: [1, 1, 0],
+        1: [1, 1],
+        2: [2],
+    }
+    assert torch.equal(strategy.exemplars[0], torch.cat([sets[0][0][:1], sets[0][1][:1]]))
+    assert torch.equal(strategy.exemplars[2], herded(groups[2], 2, 2))
+    assert strategy.buffer_bytes() == 6 * (3 + 8)
+
+
 def test_icarl_needs_one_exemplar_per_class():
     with pytest.raises(StrategyError, match=r"strategy.params.mem_size: icarl keeps at least one exemplar"):
         create_strategy("icarl", {"mem_size": 3}, _ctx(_mlp()))

@@ -49,6 +49,16 @@ def nme_scores(features: torch.Tensor, means: torch.Tensor, known: torch.Tensor)
     return (-distance).masked_fill(~known, float("-inf"))
 
 
+def _share(m: int, n: int, i: int) -> int:
+    """Set ``i``'s share of a class's ``m`` exemplars split among its ``n`` sets, the first ones taking
+    the remainder.
+
+    >>> [_share(7, 3, i) for i in range(3)], [_share(2, 3, i) for i in range(3)]
+    ([3, 2, 2], [1, 1, 0])
+    """
+    return m // n + (i < m % n)
+
+
 class ICaRLParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mem_size: int = Field(200, ge=1, description="Exemplars in all, split equally among seen classes.")
@@ -83,7 +93,9 @@ class ICaRL(Strategy[ICaRLParams]):
                 f"{self.params.mem_size} < {ctx.n_classes} classes"
             )
         self.features = FeatureTap(ctx.model, find_head(ctx.model, ctx.n_classes, strategy=self.name))
-        self.exemplars: dict[int, torch.Tensor] = {}  # class → its exemplars (stored dtype), by priority
+        #: class → its exemplar sets (stored dtype), one per task that brought the class, each by priority
+        self.cells: dict[int, list[torch.Tensor]] = {}
+        self.exemplars: dict[int, torch.Tensor] = {}  # class → its exemplars: its sets, in task order
         self.provisional: dict[int, torch.Tensor] = {}  # the current task's classes until it ends
         self.replay: tuple[torch.Tensor, torch.Tensor] | None = None
         self.teacher: nn.Module | None = None
@@ -138,19 +150,27 @@ class ICaRL(Strategy[ICaRLParams]):
         self.extra_forward_samples += sum(len(v) for v in self.exemplars.values())
 
     def herd(self, data: Samples) -> None:
-        """Herding exemplars for ``data``'s classes; the older classes' sets cut to the new quota."""
+        """Herding exemplars for ``data``'s classes; the older sets cut to the new quota.
+
+        A class's ``mem_size // classes seen`` exemplars are split equally among the tasks that brought
+        its samples (the earlier tasks take the remainder): with new classes only (NC) each class has one
+        set, iCaRL's; when a task brings new samples of a known class (NI, NIC) the class gets a set
+        herded from them, and its earlier sets keep their first exemplars — so its class mean spans
+        every group it was seen in."""
         labels = data.labels
-        new = [c for c in labels.unique().tolist() if c not in self.exemplars]
-        m = self._quota(len(self.exemplars) + len(new))
-        for c in self.exemplars:
-            self.exemplars[c] = self.exemplars[c][:m]
+        present = labels.unique().tolist()
+        m = self._quota(len(self.cells) + sum(c not in self.cells for c in present))
         with EvalMode(self.ctx.model):
             feats = torch.cat([self.features(x) for x, _ in self.ctx.stream(data, torch.arange(len(data)))])
         self.extra_forward_samples += len(data)
-        for c in new:
+        for c in present:
+            sets = self.cells.setdefault(c, [])
             where = (labels == c).nonzero().flatten()
-            pick = where[herding(feats[where.to(feats.device)], m)]
-            self.exemplars[c] = data.take(pick)[0].to(self.ctx.device)
+            pick = where[herding(feats[where.to(feats.device)], _share(m, len(sets) + 1, len(sets)))]
+            sets.append(data.take(pick)[0].to(self.ctx.device))
+        for c, sets in self.cells.items():
+            self.cells[c] = [v[: _share(m, len(sets), i)] for i, v in enumerate(sets)]
+            self.exemplars[c] = torch.cat(self.cells[c])
         self.provisional = {}
         mx = torch.cat(list(self.exemplars.values()))
         my = torch.cat([torch.full((len(v),), c, dtype=torch.long) for c, v in self.exemplars.items()])
