@@ -288,7 +288,9 @@ def test_a_known_class_in_a_later_task_gets_a_set_of_its_new_samples(name):
         return torch.from_numpy(x[task.index[where[herding(feats, m)].numpy()]])
 
     sets: dict[int, list[torch.Tensor]] = {}
-    for k, (task, quota) in enumerate(zip(groups, ({0: [4], 1: [4]}, {0: [2, 2], 1: [2, 2]}, None))):
+    for k, (task, quota) in enumerate(
+        zip(groups, ({0: [4], 1: [4]}, {0: [2, 2], 1: [2, 2]}, None), strict=True)
+    ):
         ctx.seen[task.labels.unique()] = True
         strategy.before_task(k, task)
         strategy.end_training(k, task)
@@ -298,7 +300,7 @@ def test_a_known_class_in_a_later_task_gets_a_set_of_its_new_samples(name):
                 sets.setdefault(c, []).append(herded(task, c, quota[c][-1]))
                 assert [len(v) for v in strategy.cells[c]] == quota[c]
                 assert torch.equal(
-                    strategy.exemplars[c], torch.cat([v[:n] for v, n in zip(sets[c], quota[c])])
+                    strategy.exemplars[c], torch.cat([v[:n] for v, n in zip(sets[c], quota[c], strict=True)])
                 )
     # task 3: 8 // 3 classes = 2 a class; class 0 over its three sets (1, 1, 0), class 1 over two (1, 1)
     assert {c: [len(v) for v in sets_] for c, sets_ in strategy.cells.items()} == {
