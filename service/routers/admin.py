@@ -74,11 +74,16 @@ def list_audit(
 
 
 @audit_router.get(
-    "/heads", response_model=HistoryHeadsPublic, summary="Signed heads of the record history, for verifiers"
+    "/heads",
+    response_model=HistoryHeadsPublic,
+    summary="Signed heads of the record history, for verifiers (global_admin keys only)",
 )
 def history_heads(session: SessionDep, key: Viewer):
     """Each family's length and head hash, signed now: keep it elsewhere and give it to
-    `clgate audit verify --head FILE|URL` later, which fails if the history was truncated or rolled back."""
+    `clgate audit verify --head FILE|URL` later, which fails if the history was truncated or rolled back.
+
+    The heads count every project's records, so only a ``global_admin`` key gets them (403 otherwise)."""
+    scope(key).deployment_wide("the signed heads")
     return HistoryHeadsPublic.model_validate(history.heads_now(session))
 
 
