@@ -103,16 +103,6 @@ class Scope:
             )
         return model
 
-    def deployment_wide(self, what: str) -> None:
-        """:class:`Forbidden` unless this key sees every project: ``what`` (named in the reason) describes the
-        whole deployment and cannot be narrowed to one project — the signed history's heads count every
-        project's records, so a project's key would learn the other projects' activity from them."""
-        if not self.everywhere:
-            raise Forbidden(
-                f"{what} cover every project's records (one history for the deployment), so they need a "
-                f"global_admin key; this key sees project {self.key.project!r} only"
-            )
-
     @property
     def key_project(self) -> str | None:
         """The project whose keys this key manages: its own, or ``None`` (every project) for a

@@ -1,6 +1,7 @@
 """The signed heads (``GET /v1/audit/heads``) and the history's length on ``/metrics`` count every
 project's records: only a ``global_admin`` key gets them; a key of one project — its admin included — is
-refused with a reason (403), and its ``/metrics`` leaves ``clgate_history_entries`` out."""
+refused with a reason (403), its ``/metrics`` leaves ``clgate_history_entries`` out, and its audit trail
+comes without the deployment's event numbers."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def test_a_project_keys_metrics_leave_out_the_historys_length(api, team_b):
         text = api.get("/metrics", headers=headers).text
         assert "clgate_history_entries" not in text, text
         assert "clgate_jobs{" in text  # the other series without a project label stay
+
+
+def test_a_project_keys_audit_trail_does_not_number_the_deployments_events(api, team_b):
+    """Audit events carry the deployment's numbering (``id`` and the chain's ``seq``): gaps between a
+    project's own events would count the other projects'. A project's key gets its events without them."""
+    for headers in (team_b["viewer"], team_b["admin"]):
+        events = api.get("/v1/audit", headers=headers).json()["data"]
+        assert events and all(e["project"] == "team-b" for e in events), events
+        assert all(e["id"] is None and e["seq"] is None and e["record_hash"] for e in events), events
+    everything = api.get("/v1/audit", headers=api.as_role("admin")).json()["data"]
+    seqs = [e["seq"] for e in everything]
+    assert all(isinstance(n, int) for n in seqs) and seqs == sorted(seqs, reverse=True), seqs
+    assert all(isinstance(e["id"], int) for e in everything)
 
 
 @pytest.mark.timeout(300)
