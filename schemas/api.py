@@ -397,7 +397,10 @@ class BaselinesPublic(BaseModel):
 
 
 class AuditEventPublic(FromRecord):
-    id: int
+    id: int | None = Field(
+        description="The event's number in the deployment's trail; null for a key scoped to one project "
+        "(numbers count every project's events)."
+    )
     at: UtcDatetime
     actor: str
     action: str
@@ -405,7 +408,11 @@ class AuditEventPublic(FromRecord):
     subject_id: str
     details: dict[str, Any]
     project: str | None = None
-    seq: int | None = Field(None, description="Position in the audit hash chain (`clgate audit verify`).")
+    seq: int | None = Field(
+        None,
+        description="Position in the audit hash chain (`clgate audit verify`); null for a key scoped to one "
+        "project (positions count every project's events).",
+    )
     record_hash: str | None = Field(
         None, description="SHA-256 of the event's content and its predecessor's hash."
     )

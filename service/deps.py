@@ -28,6 +28,7 @@ __all__ = [
     "Admin",
     "Approver",
     "DispatcherDep",
+    "GlobalAdmin",
     "SessionDep",
     "SettingsDep",
     "StoreDep",
@@ -91,10 +92,15 @@ def current_key(
     return record
 
 
-def require(role: Role) -> Callable[[ApiKey], Awaitable[ApiKey]]:
+def require(role: Role, *, why: str = "") -> Callable[[ApiKey], Awaitable[ApiKey]]:
+    """A dependency refusing (403) a key below ``role``; ``why`` ends the reason."""
+    reason = f": {why}" if why else ""
+
     async def dependency(key: Annotated[ApiKey, Depends(current_key)]) -> ApiKey:
         if not has_role(key, role):
-            raise ApiError(403, f"this action needs the {role.name} role (the key {key.id} has {key.role})")
+            raise ApiError(
+                403, f"this action needs the {role.name} role (the key {key.id} has {key.role}){reason}"
+            )
         return key
 
     dependency.__name__ = f"require_{role.name}"
@@ -105,6 +111,17 @@ Viewer = Annotated[ApiKey, Depends(require(Role.viewer))]
 Submitter = Annotated[ApiKey, Depends(require(Role.submitter))]
 Approver = Annotated[ApiKey, Depends(require(Role.approver))]
 Admin = Annotated[ApiKey, Depends(require(Role.admin))]
+#: What describes the whole deployment and cannot be narrowed to one project (the signed history's heads)
+GlobalAdmin = Annotated[
+    ApiKey,
+    Depends(
+        require(
+            Role.global_admin,
+            why="it answers for every project's records (one history for the deployment), and a key of "
+            "one project may see its own only",
+        )
+    ),
+]
 
 
 def scope(key: ApiKey) -> Scope:

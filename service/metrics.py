@@ -20,7 +20,8 @@ in ``_total``; labels are bounded (model names are validated, worst classes are 
 carry the ``project`` that owns the model, so that each team's dashboards and alerts see its own.
 
 The API's ``/metrics`` answers a key with its own project's series only (:class:`ProjectView`: a series
-with another ``project`` label is left out); a ``global_admin`` key sees every project's. The
+with another ``project`` label is left out, and so is the signed history's length); a ``global_admin`` key
+sees every project's. The
 exporter's port has no keys: it is for the deployment's Prometheus, on the internal network only.
 """
 
@@ -243,10 +244,15 @@ class ApiInfoCollector(Collector):
         yield info
 
 
+#: Series that count every project's records and have no ``project`` label to narrow them by: left out of a
+#: project's view (the signed history's length per family is what ``GET /v1/audit/heads`` refuses it).
+DEPLOYMENT_ONLY = frozenset({"clgate_history_entries"})
+
+
 class ProjectView:
-    """``registry`` as a key of ``project`` may see it: series labelled with another project are left out
-    (series without a ``project`` label — process, queue, worker, job counts — stay). ``project=None``:
-    every series (a ``global_admin`` key)."""
+    """``registry`` as a key of ``project`` may see it: series labelled with another project are left out,
+    and so are the :data:`DEPLOYMENT_ONLY` ones (other series without a ``project`` label — process, queue,
+    worker, job counts — stay). ``project=None``: every series (a ``global_admin`` key)."""
 
     def __init__(self, registry: CollectorRegistry, project: str | None) -> None:
         self.registry = registry
@@ -256,6 +262,8 @@ class ProjectView:
         for family in self.registry.collect():
             if self.project is None:
                 yield family
+                continue
+            if family.name in DEPLOYMENT_ONLY:
                 continue
             kept = Metric(family.name, family.documentation, family.type, family.unit)
             kept.samples = [

@@ -36,7 +36,7 @@ def _model_files(job: Any) -> list[tuple[str, str]]:
 
 def _data_problems(job: Any, settings: Settings) -> list[str]:
     # lazy: torch — the engine extra is optional in the API process (judged only where it is installed)
-    from clgate.engine.archive import ArchiveError, check_archive
+    from clgate.engine.archive import ArchiveError, ArchiveLimits, check_archive
     from clgate.engine.data import DataLimits
 
     data = getattr(job, "data", None)
@@ -45,8 +45,11 @@ def _data_problems(job: Any, settings: Settings) -> list[str]:
         return []
     limits = DataLimits(max_bytes=settings.max_npz_bytes, max_samples=settings.max_samples)
     if kind == "image_folder" and Path(path).is_file():  # an uploaded archive: judged by its listing
-        try:
-            check_archive(path, max_bytes=settings.max_npz_bytes, max_files=settings.max_samples + 10_000)
+        try:  # with the bounds the worker extracts it under (clgate.workers.runner._unpack_image_folder)
+            check_archive(
+                path,
+                limits=ArchiveLimits.following(max_bytes=limits.max_bytes, max_samples=limits.max_samples),
+            )
         except ArchiveError as exc:
             return [f"spec.data.path: {exc}"]
         return []

@@ -243,19 +243,25 @@ class SandboxError(RuntimeError):
     """The job's confined child could not run, or ended without a usable result; the message says why."""
 
 
-def _unpack_image_folder(spec: dict, document: dict, inputs: Path) -> None:
+def _unpack_image_folder(spec: dict, document: dict, inputs: Path, settings: Settings) -> None:
     """An ``image_folder`` uploaded as a tar or zip archive is extracted (safely: no absolute paths, no
-    ``..``, no links, bounded count and size) next to its staged copy, on the trusted side."""
+    ``..``, no links) next to its staged copy, on the trusted side, within the bounds the API judged it
+    against at submission: those that ``CLGATE_MAX_NPZ_BYTES`` and ``CLGATE_MAX_SAMPLES`` set
+    (:meth:`clgate.engine.archive.ArchiveLimits.following`)."""
     data = document.get("data")
     if not (isinstance(data, dict) and data.get("kind") == "image_folder"):
         return
     if not isinstance((spec.get("data") or {}).get("path"), dict):  # not an artifact: check_paths refused it
         return
     # lazy: torch — importing clgate.engine.archive runs clgate.engine's __init__, which loads torch
-    from clgate.engine.archive import safe_extract
+    from clgate.engine.archive import ArchiveError, ArchiveLimits, safe_extract
 
     archive = inputs / str(data["path"])
-    root = safe_extract(archive, archive.with_name(archive.name + ".d"))
+    limits = ArchiveLimits.following(max_bytes=settings.max_npz_bytes, max_samples=settings.max_samples)
+    try:
+        root = safe_extract(archive, archive.with_name(archive.name + ".d"), limits=limits)
+    except ArchiveError as exc:  # the API's words for the same refusal (service/submission.py)
+        raise InputError([f"spec.data.path: {exc}"]) from None
     archive.unlink()
     data["path"] = str(root.relative_to(inputs))
 
@@ -274,7 +280,7 @@ def _stage_inputs(store: Store, spec: dict, filenames: dict[str, str | None], st
         return local
 
     document = resolve_refs(spec, path_of)
-    _unpack_image_folder(spec, document, staged.inputs)
+    _unpack_image_folder(spec, document, staged.inputs, store.settings)
     job_spec = core.parse_job_spec(document)
     core.check_data_limits(
         job_spec,

@@ -402,21 +402,6 @@ def child_argv(
     return argv, env_for_popen
 
 
-def read_bounded(path: Path, limit: int) -> bytes | None:
-    """The bytes of a regular file written by the child (no link followed, at most ``limit``), or None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        return os.read(fd, limit + 1)[:limit]
-    finally:
-        os.close(fd)
-
-
 def _kill(proc: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # bwrap and, with --die-with-parent, everything inside it
@@ -484,10 +469,27 @@ class SandboxLauncher:
             _kill(self.proc, signal.SIGKILL)
 
 
+def read_tail(path: Path, limit: int) -> bytes | None:
+    """The last ``limit`` bytes of a regular file written by the child (no link followed), however long
+    it is, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return os.pread(fd, limit, max(0, info.st_size - limit))
+    finally:
+        os.close(fd)
+
+
 def child_log_tail(staged: Staged, limit: int = 2000) -> str:
-    """The end of what the child printed (for the worker's log, never for the API)."""
-    raw = read_bounded(staged.work / "child.log", 1 << 30) or b""
-    return raw[-limit:].decode("utf-8", errors="replace")
+    """The end of what the child printed (for the worker's log, never for the API): its last ``limit``
+    bytes only, whatever the file's size (up to CLGATE_SANDBOX_MAX_FILE_BYTES, the child's RLIMIT_FSIZE)."""
+    raw = read_tail(staged.work / "child.log", limit) or b""
+    return raw.decode("utf-8", errors="replace")
 
 
 # ---------------------------------------------------------------------- messages from the child

@@ -82,6 +82,14 @@ def _trusted(keys: list[Path], store) -> dict[str, Any]:
     return trusted_keys(publics)
 
 
+def _reason_of(response: Any) -> str:
+    """The ``reason`` of an API error answer, or its text."""
+    try:
+        return str(response.json()["reason"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200] or response.reason_phrase
+
+
 def _load_heads(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """``(source, head)`` pairs from files or URLs holding a list of heads, ``{"heads": [...]}`` or a
     ``decision.json`` with ``history_heads``."""
@@ -95,7 +103,8 @@ def _load_heads(sources: list[str]) -> list[tuple[str, dict[str, Any]]]:
 
                 key = os.environ.get("CLGATE_API_KEY")
                 r = httpx.get(source, headers={"X-API-Key": key} if key else {}, timeout=30)
-                r.raise_for_status()
+                if r.is_error:  # the API's reason (a project's key is refused the deployment's heads)
+                    raise ValueError(f"HTTP {r.status_code}: {_reason_of(r)}")
                 document = r.json()
             else:
                 document = json.loads(Path(source).read_text(encoding="utf-8"))
@@ -125,7 +134,8 @@ def audit_verify(
         [],
         "--head",
         help="FILE or URL of signed heads taken earlier (`clgate audit heads`, decision.json, "
-        "/v1/audit/heads): each must still be a prefix of the history. Repeatable.",
+        "/v1/audit/heads, read with the global_admin key in CLGATE_API_KEY): each must still be a prefix "
+        "of the history. Repeatable.",
     ),
     key: list[Path] = typer.Option(
         [],

@@ -5,8 +5,8 @@ anything, every entry that could escape or abuse the target folder:
 
 - absolute paths (``/etc/x``, ``C:\\x``, ``\\\\server\\x``) and any ``..`` component;
 - symbolic and hard links, device files, FIFOs (only regular files and folders are extracted);
-- more than ``max_files`` entries, or more than ``max_bytes`` uncompressed in total (zip and tar
-  bombs), or a compression ratio above ``max_ratio`` (a zip entry's, or a compressed tar stream's
+- more entries, or more bytes uncompressed in total, than its :class:`ArchiveLimits` allow (zip and tar
+  bombs), or a compression ratio above their ``max_ratio`` (a zip entry's, or a compressed tar stream's
   declared total over the archive's size: a ``.tar.gz`` of zeros is refused from its listing, before
   a byte is written);
 - names with NUL or control characters, or two entries that map to the same path.
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, BinaryIO, Literal
 
+from clgate.engine.data import MAX_DATA_BYTES, MAX_SAMPLES
 from clgate.engine.errors import DataError
 
-MAX_FILES = 200_000
-MAX_BYTES = 2 << 30  # 2 GiB uncompressed: the per-job disk quota of an extracted image folder
+FOLDER_ENTRIES = 10_000  # entries an archive may hold beside its images: split and class folders, stray files
 MAX_RATIO = 200  # uncompressed / compressed: per zip entry, and over a whole tar stream
 _CHUNK = 1 << 20
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
@@ -51,6 +51,31 @@ _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 
 class ArchiveError(DataError):
     """An archive refused for safety or malformed; the message names the entry and the reason."""
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """The bounds an image-folder archive is judged against — the same where it is submitted (the API,
+    :func:`check_archive`) and where it is extracted (the worker, :func:`safe_extract`), because both take
+    them from the data limits (:meth:`following`): ``max_bytes`` uncompressed in total is
+    ``CLGATE_MAX_NPZ_BYTES`` (the decompressed size a data set may have, so also the job's disk quota for
+    the extracted folder), ``max_files`` entries is ``CLGATE_MAX_SAMPLES`` images plus
+    :data:`FOLDER_ENTRIES`. The defaults are those settings' defaults."""
+
+    max_bytes: int = MAX_DATA_BYTES
+    max_files: int = MAX_SAMPLES + FOLDER_ENTRIES
+    max_ratio: float = MAX_RATIO
+
+    @classmethod
+    def following(cls, *, max_bytes: int, max_samples: int) -> ArchiveLimits:
+        """The bounds for data limits of ``max_bytes`` (``CLGATE_MAX_NPZ_BYTES``) and ``max_samples``
+        (``CLGATE_MAX_SAMPLES``)."""
+        return cls(max_bytes=max_bytes, max_files=max_samples + FOLDER_ENTRIES)
+
+
+DEFAULT_LIMITS = ArchiveLimits()
+_FILES_SETTING = f"CLGATE_MAX_SAMPLES + {FOLDER_ENTRIES} for folders"
+_BYTES_SETTING = "CLGATE_MAX_NPZ_BYTES"
 
 
 @dataclass(frozen=True)
@@ -95,11 +120,10 @@ def safe_extract(
     source: str | Path | BinaryIO,
     dest: str | Path,
     *,
-    max_files: int = MAX_FILES,
-    max_bytes: int = MAX_BYTES,
-    max_ratio: float = MAX_RATIO,
+    limits: ArchiveLimits = DEFAULT_LIMITS,
 ) -> Path:
-    """Check every entry of a zip/tar archive, then extract it into the new folder ``dest``.
+    """Check every entry of a zip/tar archive against ``limits``, then extract it into the new folder
+    ``dest``.
 
     Returns the data root (``dest``, or its only top-level folder). Raises :class:`ArchiveError`
     (a :class:`~clgate.engine.errors.DataError`) naming the entry and the reason; on any error the
@@ -114,9 +138,9 @@ def safe_extract(
     try:
         dest.mkdir(parents=True, exist_ok=True)
         if archive_kind(data) == "zip":
-            _extract_zip(data, dest, max_files, max_bytes, max_ratio)
+            _extract_zip(data, dest, limits)
         else:
-            _extract_tar(data, dest, max_files, max_bytes, max_ratio)
+            _extract_tar(data, dest, limits)
     except BaseException:
         if created:
             shutil.rmtree(dest, ignore_errors=True)
@@ -134,12 +158,17 @@ def safe_extract(
     return top[0] if len(top) == 1 and top[0].is_dir() and not (dest / "train").exists() else dest
 
 
-def _check_plan(entries: list[_Entry], max_files: int, max_bytes: int) -> None:
-    if len(entries) > max_files:
-        raise ArchiveError(f"archive: {len(entries)} entries, more than the limit of {max_files}")
+def _check_plan(entries: list[_Entry], limits: ArchiveLimits) -> None:
+    if len(entries) > limits.max_files:
+        raise ArchiveError(
+            f"archive: {len(entries)} entries, more than the limit of {limits.max_files} ({_FILES_SETTING})"
+        )
     total = sum(e.size for e in entries)
-    if total > max_bytes:
-        raise ArchiveError(f"archive: {total} bytes uncompressed, more than the limit of {max_bytes}")
+    if total > limits.max_bytes:
+        raise ArchiveError(
+            f"archive: {total} bytes uncompressed, more than the limit of {limits.max_bytes} "
+            f"({_BYTES_SETTING})"
+        )
     seen: dict[str, bool] = {}
     for e in entries:
         key = e.name.lower()  # case-insensitive file systems would merge these
@@ -163,19 +192,20 @@ def _write(dest: Path, name: str, stream: IO[bytes], budget: list[int]) -> None:
             budget[0] -= len(chunk)
             if budget[0] < 0:
                 raise ArchiveError(
-                    f"archive entry {name!r}: more bytes than declared (archive over the size limit)"
+                    f"archive entry {name!r}: more bytes than declared (archive over the size limit, "
+                    f"{_BYTES_SETTING})"
                 )
             out.write(chunk)
 
 
-def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max_ratio: float) -> None:
+def _extract_zip(data: BinaryIO, dest: Path, limits: ArchiveLimits) -> None:
     try:
         zf = zipfile.ZipFile(data)
     except zipfile.BadZipFile as exc:
         raise ArchiveError(f"not a readable zip archive ({exc})") from None
     with zf:
-        entries = _zip_entries(zf, max_files, max_bytes, max_ratio)
-        budget = [max_bytes]
+        entries = _zip_entries(zf, limits)
+        budget = [limits.max_bytes]
         for entry, info in entries:
             if entry.is_dir:
                 (dest / entry.name).mkdir(parents=True, exist_ok=True)
@@ -187,11 +217,10 @@ def _extract_zip(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
                 raise ArchiveError(f"archive entry {info.filename!r}: cannot read ({exc})") from None
 
 
-def _zip_entries(
-    zf: zipfile.ZipFile, max_files: int, max_bytes: int, max_ratio: float
-) -> list[tuple[_Entry, zipfile.ZipInfo]]:
+def _zip_entries(zf: zipfile.ZipFile, limits: ArchiveLimits) -> list[tuple[_Entry, zipfile.ZipInfo]]:
     """Every entry of ``zf``, checked against the rules and limits (nothing is read but the directory)."""
     entries: list[tuple[_Entry, zipfile.ZipInfo]] = []
+    max_ratio = limits.max_ratio
     for info in zf.infolist():
         name = _normalise(info.filename)
         mode = info.external_attr >> 16
@@ -210,7 +239,7 @@ def _zip_entries(
                 f"above {max_ratio:.0f}:1 (a zip bomb?)"
             )
         entries.append((_Entry(name, info.is_dir(), info.file_size), info))
-    _check_plan([e for e, _ in entries], max_files, max_bytes)
+    _check_plan([e for e, _ in entries], limits)
     return entries
 
 
@@ -232,7 +261,7 @@ def _check_tar_ratio(declared: int, compressed: int, max_ratio: float, name: str
 
 
 def _tar_entries(
-    tf: tarfile.TarFile, compressed: int, max_files: int, max_bytes: int, max_ratio: float
+    tf: tarfile.TarFile, compressed: int, limits: ArchiveLimits
 ) -> list[tuple[_Entry, tarfile.TarInfo]]:
     """Every member of ``tf``, checked against the rules and limits while listing (a bomb is not read to
     its end: the declared total and ratio are checked at each member)."""
@@ -240,8 +269,10 @@ def _tar_entries(
     declared = 0
     try:
         for member in tf:  # streamed: a huge member list is cut at max_files
-            if len(entries) >= max_files:
-                raise ArchiveError(f"archive: more than the limit of {max_files} entries")
+            if len(entries) >= limits.max_files:
+                raise ArchiveError(
+                    f"archive: more than the limit of {limits.max_files} entries ({_FILES_SETTING})"
+                )
             name = _normalise(member.name)
             if member.issym() or member.islnk():
                 raise ArchiveError(
@@ -252,14 +283,15 @@ def _tar_entries(
                 raise ArchiveError(f"archive entry {member.name!r}: not a regular file or folder")
             entries.append((_Entry(name, member.isdir(), member.size), member))
             declared += member.size
-            if declared > max_bytes:
+            if declared > limits.max_bytes:
                 raise ArchiveError(
-                    f"archive: more than {max_bytes} bytes uncompressed (limit), at entry {member.name!r}"
+                    f"archive: more than {limits.max_bytes} bytes uncompressed (limit, {_BYTES_SETTING}), "
+                    f"at entry {member.name!r}"
                 )
-            _check_tar_ratio(declared, compressed, max_ratio, member.name)
+            _check_tar_ratio(declared, compressed, limits.max_ratio, member.name)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ArchiveError(f"not a readable tar archive ({exc})") from None
-    _check_plan([e for e, _ in entries], max_files, max_bytes)
+    _check_plan([e for e, _ in entries], limits)
     return entries
 
 
@@ -270,11 +302,11 @@ def _open_tar(data: BinaryIO) -> tarfile.TarFile:
         raise ArchiveError(f"not a readable tar archive ({exc})") from None
 
 
-def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max_ratio: float) -> None:
+def _extract_tar(data: BinaryIO, dest: Path, limits: ArchiveLimits) -> None:
     compressed = _stream_size(data)
     with _open_tar(data) as tf:
-        entries = _tar_entries(tf, compressed, max_files, max_bytes, max_ratio)
-        budget = [max_bytes]
+        entries = _tar_entries(tf, compressed, limits)
+        budget = [limits.max_bytes]
         for entry, member in entries:
             if entry.is_dir:
                 (dest / entry.name).mkdir(parents=True, exist_ok=True)
@@ -289,25 +321,23 @@ def _extract_tar(data: BinaryIO, dest: Path, max_files: int, max_bytes: int, max
 def check_archive(
     path: str | Path,
     *,
-    max_files: int = MAX_FILES,
-    max_bytes: int = MAX_BYTES,
-    max_ratio: float = MAX_RATIO,
+    limits: ArchiveLimits = DEFAULT_LIMITS,
 ) -> int:
-    """Judge an archive from its listing alone, as :func:`safe_extract` would before writing (what a
-    submission check calls): the uncompressed total in bytes, or :class:`ArchiveError` naming the entry
-    and the reason."""
+    """Judge an archive from its listing alone, as :func:`safe_extract` would before writing with the same
+    ``limits`` (what a submission check calls): the uncompressed total in bytes, or :class:`ArchiveError`
+    naming the entry and the reason."""
     with open(path, "rb") as data:
         if archive_kind(data) == "zip":
             try:
                 with zipfile.ZipFile(data) as zf:
-                    entries = [e for e, _ in _zip_entries(zf, max_files, max_bytes, max_ratio)]
+                    entries = [e for e, _ in _zip_entries(zf, limits)]
             except zipfile.BadZipFile as exc:
                 raise ArchiveError(f"not a readable zip archive ({exc})") from None
         else:
             compressed = _stream_size(data)
             with _open_tar(data) as tf:
-                entries = [e for e, _ in _tar_entries(tf, compressed, max_files, max_bytes, max_ratio)]
+                entries = [e for e, _ in _tar_entries(tf, compressed, limits)]
     return sum(e.size for e in entries)
 
 
-__all__ = ["ArchiveError", "archive_kind", "check_archive", "safe_extract"]
+__all__ = ["ArchiveError", "ArchiveLimits", "archive_kind", "check_archive", "safe_extract"]

@@ -20,7 +20,7 @@ from clgate.schemas.api import (
     ModelName,
     WhoAmI,
 )
-from clgate.service.deps import Admin, Approver, SessionDep, Viewer, actor, scope
+from clgate.service.deps import Admin, Approver, GlobalAdmin, SessionDep, Viewer, actor, scope
 from clgate.service.limits import MAX_SKIP
 from clgate.store import audit, history
 from clgate.store import baselines as baseline_records
@@ -61,24 +61,32 @@ def list_audit(
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ):
+    where = scope(key)
     rows, count = audit.page(
         session,
-        scope(key),
+        where,
         subject_type=subject_type,
         subject_id=subject_id,
         action=action,
         skip=skip,
         limit=limit,
     )
-    return AuditEventsPublic(count=count, data=[AuditEventPublic.model_validate(e) for e in rows])
+    events = [AuditEventPublic.model_validate(e) for e in rows]
+    if not where.everywhere:  # id and seq number the whole deployment's events: gaps count other projects'
+        events = [e.model_copy(update={"id": None, "seq": None}) for e in events]
+    return AuditEventsPublic(count=count, data=events)
 
 
 @audit_router.get(
-    "/heads", response_model=HistoryHeadsPublic, summary="Signed heads of the record history, for verifiers"
+    "/heads",
+    response_model=HistoryHeadsPublic,
+    summary="Signed heads of the record history, for verifiers (global_admin keys only)",
 )
-def history_heads(session: SessionDep, key: Viewer):
+def history_heads(session: SessionDep, key: GlobalAdmin):
     """Each family's length and head hash, signed now: keep it elsewhere and give it to
-    `clgate audit verify --head FILE|URL` later, which fails if the history was truncated or rolled back."""
+    `clgate audit verify --head FILE|URL` later, which fails if the history was truncated or rolled back.
+
+    The heads count every project's records, so only a ``global_admin`` key gets them (403 otherwise)."""
     return HistoryHeadsPublic.model_validate(history.heads_now(session))
 
 

@@ -10,7 +10,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from clgate.engine.archive import ArchiveError, safe_extract
+from clgate.engine.archive import FOLDER_ENTRIES, ArchiveError, ArchiveLimits, safe_extract
 from clgate.engine.data import load_image_folder
 
 
@@ -106,10 +106,10 @@ def _zip_symlink() -> zipfile.ZipInfo:
 
 
 def test_count_and_size_limits(tmp_path):
-    with pytest.raises(ArchiveError, match="more than the limit of 3"):
-        safe_extract(_tar(FILES), tmp_path / "a", max_files=3)
-    with pytest.raises(ArchiveError, match="bytes uncompressed, more than the limit"):
-        safe_extract(_zip(FILES), tmp_path / "b", max_bytes=100)
+    with pytest.raises(ArchiveError, match=r"more than the limit of 3 entries \(CLGATE_MAX_SAMPLES \+"):
+        safe_extract(_tar(FILES), tmp_path / "a", limits=ArchiveLimits(max_files=3))
+    with pytest.raises(ArchiveError, match=r"uncompressed, more than the limit of 100 \(CLGATE_MAX_NPZ"):
+        safe_extract(_zip(FILES), tmp_path / "b", limits=ArchiveLimits(max_bytes=100))
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "keep").write_text("x")
     with pytest.raises(ArchiveError, match="not an empty folder"):
@@ -142,11 +142,11 @@ def test_a_tar_gz_over_the_ratio_is_refused_even_under_the_byte_limit(tmp_path):
     archive = tmp_path / "ratio.tar.gz"
     archive.write_bytes(_tar_gz_bomb(64 << 20, 64))  # 64 MiB of zeros in ~70 KB
     with pytest.raises(ArchiveError, match=r"ratio above 200:1"):
-        safe_extract(archive, tmp_path / "out", max_bytes=1 << 30)
+        safe_extract(archive, tmp_path / "out", limits=ArchiveLimits(max_bytes=1 << 30))
     assert not (tmp_path / "out").exists()
     # the same bytes within an explicit ratio are extracted, bounded by the byte limit
     with pytest.raises(ArchiveError, match=r"more than 1048576 bytes uncompressed"):
-        safe_extract(archive, tmp_path / "out2", max_bytes=1 << 20, max_ratio=10_000)
+        safe_extract(archive, tmp_path / "out2", limits=ArchiveLimits(max_bytes=1 << 20, max_ratio=10_000))
     assert not (tmp_path / "out2").exists()
 
 
@@ -164,3 +164,18 @@ def test_check_archive_judges_from_the_listing_alone(tmp_path):
         tf.addfile(info, io.BytesIO(b"abc"))
     assert check_archive(ok) == 3
     assert list(tmp_path.iterdir()) == [archive, ok] or set(tmp_path.iterdir()) == {archive, ok}
+
+
+def test_the_limits_follow_the_data_settings(tmp_path):
+    """One source for both sides: the bytes are CLGATE_MAX_NPZ_BYTES, the entries CLGATE_MAX_SAMPLES images
+    plus the folders; the defaults are those settings' defaults."""
+    from clgate.engine.data import MAX_DATA_BYTES, MAX_SAMPLES
+    from clgate.store.settings import Settings
+
+    limits = ArchiveLimits.following(max_bytes=1234, max_samples=7)
+    assert (limits.max_bytes, limits.max_files) == (1234, 7 + FOLDER_ENTRIES)
+    defaults = Settings(data_dir=tmp_path)
+    assert ArchiveLimits() == ArchiveLimits.following(
+        max_bytes=defaults.max_npz_bytes, max_samples=defaults.max_samples
+    )
+    assert (defaults.max_npz_bytes, defaults.max_samples) == (MAX_DATA_BYTES, MAX_SAMPLES)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import time
 import zipfile
 
 import pytest
@@ -105,3 +106,75 @@ def test_image_folder_archives_run_and_hostile_ones_are_refused(embedded_service
         assert r.status_code == 422, r.text
         assert r.json()["reason"].startswith("spec.data.path: ") and expected in r.json()["reason"], r.text
     assert not list(svc.data_dir.parent.rglob("escaped.png"))
+
+
+def _files(train: int, test: int) -> dict[str, bytes]:
+    return {
+        f"shapes/{split}/c{c}/{i}.png": _png(40 + 60 * c + i)
+        for split, n in (("train", train), ("test", test))
+        for c in range(4)
+        for i in range(n)
+    }
+
+
+def test_the_configured_npz_limit_bounds_an_archive_on_the_api_and_in_the_worker(
+    app_factory, test_client_class, admin_key, policies, monkeypatch
+):
+    """CLGATE_MAX_NPZ_BYTES bounds an archive's uncompressed size where the API judges it and where the
+    worker extracts it: under it the job runs; over it the API answers 422 naming the setting, and a job the
+    API could not judge (no torch there) fails in the worker with the same reason instead of running."""
+    small, big = _zip(_files(2, 1)), _zip(_files(6, 3))
+    sizes = {}
+    for name, data in (("small", small), ("big", big)):
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            sizes[name] = sum(i.file_size for i in zf.infolist())
+    decoded_big = 36 * 6 * 6  # 36 grey 6×6 images: what check_image_folder_limits counts once extracted
+    limit = max(sizes["small"], decoded_big) + 1
+    assert sizes["big"] > limit  # only the archive's own size is over the limit
+    app, _ = app_factory(max_npz_bytes=limit)
+    with test_client_class(app) as client:
+        admin = {"X-API-Key": admin_key}
+        assert client.post("/v1/policies", json=policies["loose"], headers=admin).status_code == 201
+
+        def submit(data: bytes, name: str):
+            ref = client.post(
+                "/v1/artifacts",
+                params={"kind": "data", "filename": f"{name}.zip"},
+                content=data,
+                headers=admin,
+            ).json()["ref"]
+            body = {
+                "mode": "retrain",
+                "model_name": name,
+                "spec": _spec(ref),
+                "policy": {"name": "e2e-loose", "version": "1"},
+            }
+            return client.post("/v1/jobs", json=body, headers=admin)
+
+        def wait(job_id: str) -> dict:
+            deadline = time.monotonic() + 240
+            while (job := client.get(f"/v1/jobs/{job_id}", headers=admin).json())["state"] not in (
+                "succeeded",
+                "failed",
+                "cancelled",
+            ):
+                assert time.monotonic() < deadline, job
+                time.sleep(0.3)
+            return job
+
+        over = f"{sizes['big']} bytes uncompressed, more than the limit of {limit}"
+        expected = f"archive: {over} (CLGATE_MAX_NPZ_BYTES)"
+        refused = submit(big, "big")
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["reason"] == f"spec.data.path: {expected}", refused.text
+
+        accepted = submit(small, "small")
+        assert accepted.status_code == 202, accepted.text
+        assert wait(accepted.json()["id"])["state"] == "succeeded"
+
+        # an API without the engine extra judges nothing: the worker refuses the same archive, same reason
+        monkeypatch.setattr("clgate.service.submission.engine_available", lambda: False)
+        queued = submit(big, "big-unjudged")
+        assert queued.status_code == 202, queued.text
+        job = wait(queued.json()["id"])
+        assert job["state"] == "failed" and job["error"] == f"invalid input: spec.data.path: {expected}", job

@@ -371,8 +371,9 @@ def test_a_key_of_the_writers_own_is_not_trusted(tmp_path):
 def test_the_api_exports_signed_heads_and_the_gauges_count_entries(
     api, tmp_path, example_log, gate_example_log
 ):
-    """``GET /v1/audit/heads`` gives heads `audit verify --head` accepts; /metrics counts entries."""
-    r = api.get("/v1/audit/heads", headers=api.as_role("viewer"))
+    """``GET /v1/audit/heads`` gives heads `audit verify --head` accepts; /metrics counts entries (both to a
+    global_admin key: tests/service/test_audit_heads.py has a project's key refused)."""
+    r = api.get("/v1/audit/heads", headers=api.as_role("admin"))
     assert r.status_code == 200, r.text
     body = r.json()
     lengths = {h["family"]: h["length"] for h in body["heads"]}
@@ -385,7 +386,7 @@ def test_the_api_exports_signed_heads_and_the_gauges_count_entries(
     settings = api.settings
     ok = _clgate(settings, "audit", "verify", "--head", str(heads), "--key", str(public))
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    metrics = api.get("/metrics", headers=api.as_role("viewer")).text
+    metrics = api.get("/metrics", headers=api.as_role("admin")).text
     assert f'clgate_history_entries{{family="api_keys"}} {float(lengths["api_keys"])}' in metrics, metrics
     # every decision.json carries the heads signed when it was gated (its provenance, printed in report.html)
     job = gate_example_log(api, api.as_role("admin"), example_log)

@@ -361,3 +361,20 @@ def test_the_child_sees_the_package_never_the_source_checkout(tmp_path, bwrap, m
     proc.communicate(timeout=60)
     seen = json.loads((launch.out / "checkout.json").read_text())
     assert seen == {"README.md": False, ".git": False, "pyproject.toml": False, "clgate": True}, seen
+
+
+def test_the_child_logs_tail_is_read_whatever_its_size(tmp_path):
+    """The child may print up to CLGATE_SANDBOX_MAX_FILE_BYTES (configurable, above 1 GiB too): the tail
+    the worker logs is the file's last bytes, read alone (the file here is sparse: nothing is allocated)."""
+    staged = sandbox.Staged(tmp_path / "work")
+    log = staged.work / "child.log"
+    with open(log, "wb") as f:
+        f.truncate(3 << 29)  # 1.5 GiB
+        f.seek(0, 2)
+        f.write(b"Traceback ...\nValueError: the last words")
+    assert sandbox.child_log_tail(staged, limit=30) == "...\nValueError: the last words"[-30:]
+    assert sandbox.child_log_tail(staged).endswith("ValueError: the last words")
+    (staged.work / "elsewhere.log").write_text("secret")
+    log.unlink()
+    log.symlink_to(staged.work / "elsewhere.log")  # a link the child left: not followed
+    assert sandbox.child_log_tail(staged) == ""
