@@ -53,7 +53,9 @@ class WA(ICaRL, Strategy[WAParams]):
       vectors — weights only (PyCIL aligns ``fc.weight`` only) — are multiplied by
       ``gamma = mean ‖w_old‖ / mean ‖w_new‖`` (eq. 7–8).
 
-    Predictions are the head's (masked) logits, not iCaRL's nearest mean of exemplars.
+    Predictions are the head's (masked) logits, not iCaRL's nearest mean of exemplars. Train it as the
+    paper does, with momentum (and weight decay): with plain SGD at a small rate the cross-entropy, weighed
+    ``1 − λ``, takes too small a step and the method ends undertrained (docs/engine.md, "On one budget").
     """
 
     name = "wa"
