@@ -68,7 +68,7 @@ from clgate._version import __version__
 from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import ContinualEvaluator
 from clgate.engine.resources import SampleCost, count_params, measure_costs
-from clgate.engine.scenario import Scenario, _check_cover
+from clgate.engine.scenario import Scenario, check_cover
 from clgate.engine.schedule import resolve_device
 from clgate.logfile import LogFormat, write_log
 from clgate.schemas.errors import problems_of
@@ -453,7 +453,7 @@ def _nc_scenario(y: torch.Tensor, tasks: Sequence[Sequence[int]] | None) -> Scen
         raise EngineInputError("tasks: at least one task with at least one class is required")
     if any(not g for g in groups):
         raise EngineInputError("tasks: a task must hold at least one class")
-    _check_cover([c for g in groups for c in g], n_classes, "tasks")
+    check_cover([c for g in groups for c in g], n_classes, "tasks")
     if len(y) and (int(y.min()) < 0 or int(y.max()) >= n_classes):
         raise EngineInputError(f"y_test: labels must be 0 … {n_classes - 1} (the classes of tasks)")
     missing = sorted(set(range(n_classes)) - set(torch.unique(y).tolist()))
@@ -571,17 +571,7 @@ def _task_classes(
         raise EngineInputError(f"y_test: labels must be 0 … {n_classes - 1} (the classes of class_names)")
     if kind == "ni":
         return [list(range(n_classes)) for _ in range(n_tasks)]
-    flat = {c for t in brought for c in t}
-    beyond = sorted(c for c in flat if c >= n_classes)
-    if beyond:
-        raise EngineInputError(
-            f"classes: class id(s) {beyond} out of range (class_names names {n_classes} classes)"
-        )
-    missing = sorted(set(range(n_classes)) - flat)
-    if missing:
-        raise EngineInputError(
-            f"classes: class id(s) {missing} are in no task (every class of y_test must be brought by one)"
-        )
+    check_cover([c for t in brought for c in t], n_classes, "classes", of="y_test", once=False)
     return brought
 
 

@@ -29,11 +29,11 @@ def build_tasks(
     """Class groups in training order; every class ``0 … n_classes-1`` in exactly one task."""
     if tasks is not None:
         flat = [c for g in tasks for c in g]
-        _check_cover(flat, n_classes, "scenario.tasks")
+        check_cover(flat, n_classes, "scenario.tasks")
         return [list(map(int, g)) for g in tasks]
     if class_order is not None:
         order = list(map(int, class_order))
-        _check_cover(order, n_classes, "scenario.class_order")
+        check_cover(order, n_classes, "scenario.class_order")
     elif shuffle_seed is not None:
         order = np.random.default_rng(shuffle_seed).permutation(n_classes).tolist()
     else:
@@ -50,18 +50,22 @@ def build_tasks(
     return [order[k * size : (k + 1) * size] for k in range(n_tasks)]
 
 
-def _check_cover(classes: list[int], n_classes: int, where: str) -> None:
-    out_of_range = sorted(c for c in classes if c >= n_classes)
+def check_cover(
+    classes: list[int], n_classes: int, where: str, *, of: str = "the data", once: bool = True
+) -> None:
+    """``classes`` (the tasks' classes, flattened) are ids of the ``n_classes`` of ``of``, each of those
+    is in some task, and (``once``: NC) none is in two; else an error naming ``where``."""
+    out_of_range = sorted({c for c in classes if c >= n_classes})
     if out_of_range:
         raise EngineInputError(
-            f"{where}: class id(s) {out_of_range} out of range (the data has {n_classes} classes)"
+            f"{where}: class id(s) {out_of_range} out of range ({of} has {n_classes} classes)"
         )
-    if len(set(classes)) != len(classes):
+    if once and len(set(classes)) != len(classes):
         raise EngineInputError(f"{where}: a class appears more than once")
     missing = sorted(set(range(n_classes)) - set(classes))
     if missing:
         raise EngineInputError(
-            f"{where}: class id(s) {missing} are in no task (every class of the data must be in one)"
+            f"{where}: class id(s) {missing} are in no task (every class of {of} must be in one)"
         )
 
 
@@ -139,7 +143,7 @@ def scenario_from_spec(scenario: Any, data: Any) -> Scenario:
         task_classes = [list(range(data.n_classes)) for _ in order]
     else:
         task_classes = [list(map(int, c)) for c in scenario.classes]
-        _check_cover_nic(task_classes, data.n_classes)
+        check_cover([c for t in task_classes for c in t], data.n_classes, "scenario.classes", once=False)
     return _cells(scenario.type, order, task_classes, index, group_train, group_test, data)
 
 
@@ -179,20 +183,6 @@ def _cells(
             class_of.append(c)
         cells.append(ids)
     return Scenario(kind, task_classes, cells, test_cell, class_of, list(order), train_task)
-
-
-def _check_cover_nic(task_classes: list[list[int]], n_classes: int) -> None:
-    flat = {c for t in task_classes for c in t}
-    out_of_range = sorted(c for c in flat if c >= n_classes)
-    if out_of_range:
-        raise EngineInputError(
-            f"scenario.classes: class id(s) {out_of_range} out of range (the data has {n_classes} classes)"
-        )
-    missing = sorted(set(range(n_classes)) - flat)
-    if missing:
-        raise EngineInputError(
-            f"scenario.classes: class id(s) {missing} are in no task (every class of the data must be in one)"
-        )
 
 
 def _groups_of(scenario: Any, data: Any) -> tuple[np.ndarray, np.ndarray, list[str]]:

@@ -16,6 +16,7 @@ from clgate.log_import import rows_from_log, write_table
 from clgate.metrics import compute_metrics
 from clgate.schemas.evaluation_log import EvaluationLog
 from tests.engine.test_recorder_ni import _parts, _spec
+from tests.fixtures.gate import ni_worked_example
 
 runner = CliRunner()
 SCENARIOS = {
@@ -94,25 +95,7 @@ def test_the_docs_table_becomes_the_metrics_worked_example(tmp_path):
     result = _import(_table(tmp_path, NI_TABLE), "--scenario", "ni", "-o", tmp_path / "log.json")
     assert result.exit_code == 0, result.output
     log = load_log(tmp_path / "log.json")
-    expected = EvaluationLog.parse(
-        {
-            "scenario": "ni",
-            "class_of": [0, 1, 0, 1],
-            "class_names": ["cat", "dog"],
-            "groups": ["day", "night"],
-            "tasks": [[0, 1], [2, 3]],
-            "points": [
-                {
-                    "iteration": 5,
-                    "task": 1,
-                    "task_end": True,
-                    "correct": [9, 8, 0, 0],
-                    "total": [10, 10, 0, 0],
-                },
-                {"iteration": 9, "task": 2, "task_end": True, "correct": [7, 8, 6, 9], "total": [10] * 4},
-            ],
-        }
-    )
+    expected = EvaluationLog.parse(ni_worked_example(iterations=(5, 9)))
     assert log.model_dump(exclude={"meta"}) == expected.model_dump(exclude={"meta"})
     assert log.meta["imported_from"].endswith("t.csv") and len(log.meta["table_sha256"]) == 64
 

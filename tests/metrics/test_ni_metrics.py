@@ -9,21 +9,12 @@ import pytest
 from clgate.metrics import LogArrays, compute_metrics, compute_runs
 from clgate.metrics import functional as fn
 from clgate.schemas import EvaluationLog
+from tests.fixtures.gate import ni_worked_example
 
 
 def _worked() -> dict:
     """docs/metrics.md's worked example: cats and dogs by day (task 1), then by night (task 2)."""
-    return {
-        "scenario": "ni",
-        "class_of": [0, 1, 0, 1],
-        "class_names": ["cat", "dog"],
-        "groups": ["day", "night"],
-        "tasks": [[0, 1], [2, 3]],
-        "points": [
-            {"iteration": 100, "task": 1, "task_end": True, "correct": [9, 8, 0, 0], "total": [10, 10, 0, 0]},
-            {"iteration": 200, "task": 2, "task_end": True, "correct": [7, 8, 6, 9], "total": [10] * 4},
-        ],
-    }
+    return ni_worked_example()
 
 
 def _approx(values: list) -> list:

@@ -13,6 +13,7 @@ import pytest
 from clgate.gate import gate_logs
 from clgate.reports import render_markdown, write_reports
 from clgate.schemas import EvaluationLog
+from tests.fixtures.gate import ni_worked_example
 from tests.reports.test_reports import _OVERFLOW_JS, CHROMIUM_ARGS, _open
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -26,17 +27,8 @@ def _end(task: int, correct: list[int], total: list[int]) -> dict:
 
 def _ni(seed: int = 0, cat_by_day: int = 7, names: tuple[str, str] = ("cat", "dog")) -> EvaluationLog:
     """docs/metrics.md's worked example: cats and dogs by day (task 1), then by night (task 2)."""
-    return EvaluationLog.parse(
-        {
-            "scenario": "ni",
-            "class_of": [0, 1, 0, 1],
-            "class_names": list(names),
-            "groups": ["day", "night"],
-            "tasks": [[0, 1], [2, 3]],
-            "points": [_end(1, [9, 8, 0, 0], [10, 10, 0, 0]), _end(2, [cat_by_day, 8, 6, 9], [10] * 4)],
-            "meta": {"seed": seed},
-        }
-    )
+    doc = ni_worked_example(cat_by_day=cat_by_day, names=names)
+    return EvaluationLog.parse({**doc, "meta": {"seed": seed}})
 
 
 def _nic() -> EvaluationLog:
