@@ -27,10 +27,8 @@ NOT_YET_CLEAN = frozenset(
         "clgate.engine.models",
         "clgate.reports.figures",
         "clgate.store.db",
-        "clgate.workers.app",
         "clgate.workers.core",
         "clgate.workers.embedded",
-        "clgate.workers.tasks",
     }
 )
 
