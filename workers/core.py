@@ -13,7 +13,7 @@ from typing import Any
 from clgate import documents
 from clgate.schemas.errors import InputError, problems_of
 from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
-from clgate.schemas.job import JobSpec
+from clgate.schemas.job import ImageFolderData, JobSpec, NpzData
 
 
 def parse_policy(document: dict[str, Any]):
@@ -59,22 +59,20 @@ def _is_json_lines(path: Path) -> bool:
         return False
 
 
-def check_data_limits(spec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
+def check_data_limits(spec: JobSpec, base_dir: Path, *, max_bytes: int, max_samples: int) -> None:
     """Refuse an NPZ or image-folder data set over the size or sample limits, before loading it."""
     # lazy: torch — clgate.engine needs the engine extra; this module imports without it
     from clgate.engine.data import check_image_folder_limits, check_npz_limits
 
-    data = getattr(spec, "data", None)
-    raw = getattr(data, "path", None)
-    kind = getattr(data, "kind", None)
-    if kind not in ("npz", "image_folder") or not raw:
+    data = spec.data
+    if not isinstance(data, NpzData | ImageFolderData) or not data.path:
         return
-    path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    if kind == "npz":
+    path = Path(data.path) if Path(data.path).is_absolute() else base_dir / data.path
+    if isinstance(data, NpzData):
         problems = check_npz_limits(path, max_bytes=max_bytes, max_samples=max_samples)
     else:
         problems = check_image_folder_limits(
-            path, size=tuple(data.size), color=data.color, max_bytes=max_bytes, max_samples=max_samples
+            path, size=data.size, color=data.color, max_bytes=max_bytes, max_samples=max_samples
         )
     if problems:
         raise InputError([f"data: {p}" for p in problems])

@@ -129,7 +129,7 @@ class EmbeddedExecutor:
                 self._pool = self._new_pool()
                 future = self._pool.submit(_child, job_id, self._settings_json)
             self._held.add(job_id)
-        future.add_done_callback(lambda f, job_id=job_id: self._done(job_id, f))
+        future.add_done_callback(lambda f: self._done(job_id, f))
 
     def _done(self, job_id: str, future: cf.Future) -> None:
         with self._lock:

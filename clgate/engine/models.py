@@ -255,6 +255,8 @@ class GrowingLinear(nn.Module):
     ``nn.Linear``'s (drawn from torch's global RNG, so runs stay seeded).
     """
 
+    classes: torch.Tensor  # a buffer (saved with the state dict): the class id of each output row
+
     def __init__(self, in_features: int, n_classes: int) -> None:
         super().__init__()
         self.in_features = in_features
@@ -267,7 +269,8 @@ class GrowingLinear(nn.Module):
         if not new:
             return
         device = self.classes.device
-        dtype = self.blocks[0].weight.dtype if len(self.blocks) else torch.get_default_dtype()
+        # the first block's first parameter is its weight (nn.Linear registers weight before bias)
+        dtype = next(self.blocks[0].parameters()).dtype if len(self.blocks) else torch.get_default_dtype()
         self.blocks.append(nn.Linear(self.in_features, len(new)).to(device=device, dtype=dtype))
         self.classes = torch.cat([self.classes, torch.tensor(new, dtype=torch.long, device=device)])
 
@@ -277,7 +280,7 @@ class GrowingLinear(nn.Module):
         # A checkpoint knows how far the head grew: rebuild the blocks to its shapes before loading.
         classes = state_dict.get(prefix + "classes")
         if isinstance(classes, torch.Tensor):
-            sizes = []
+            sizes: list[int] = []
             while (w := state_dict.get(f"{prefix}blocks.{len(sizes)}.weight")) is not None:
                 sizes.append(int(w.shape[0]))
             self.blocks = nn.ModuleList(nn.Linear(self.in_features, n) for n in sizes)

@@ -277,8 +277,7 @@ def class_heatmap(a: Any, *, seed: Any = None, worst: Any = None) -> str:
     ax = fig.subplots()
     cmap = LinearSegmentedColormap.from_list(
         "clgate", ["#b2182b", "#f4a582", "#fddbc7", "#d1e5f0", "#2166ac"]
-    )
-    cmap = cmap.with_extremes(bad="#e0e0e0")
+    ).with_extremes(bad="#e0e0e0")
     im = ax.imshow(
         np.ma.masked_invalid(acc),
         aspect="auto",

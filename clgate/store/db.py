@@ -87,6 +87,7 @@ def check_writable(engine: Engine, *, timeout_s: float = 2.0) -> str | None:
         with engine.connect() as conn:
             if engine.dialect.name == "sqlite":
                 raw = conn.connection.dbapi_connection
+                assert raw is not None  # None only once the pooled connection is closed; this one is open
                 cursor = raw.cursor()
                 busy_ms = cursor.execute("PRAGMA busy_timeout").fetchone()[0]
                 cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
@@ -177,7 +178,10 @@ def upgrade(url: str, revision: str = "head") -> None:
 def head_revision() -> str:
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    if head is None:  # the package ships its migrations: none found is a broken install
+        raise RuntimeError(f"no Alembic migration under {STORE_DIR / 'migrations'}: reinstall clgate")
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:
