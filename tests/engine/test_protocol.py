@@ -26,7 +26,13 @@ from clgate.engine import run_job
 from clgate.engine.data import load_data
 from clgate.engine.evaluator import ContinualEvaluator, select_heldout
 from clgate.engine.models import apply_weights, build_model, load_state_dict_file
-from clgate.engine.protocol import FrameReader, ProtocolError, check_predictions, encode_frame
+from clgate.engine.protocol import (
+    MAX_HEADER_BYTES,
+    FrameReader,
+    ProtocolError,
+    check_predictions,
+    encode_frame,
+)
 from clgate.engine.runner import ChildLaunch, local_launcher
 from clgate.engine.scenario import tasks_from_spec
 from clgate.engine.staging import stage_job
@@ -336,6 +342,18 @@ def test_garbage_frames_are_refused(raw, message):
     reader.feed(raw)
     with pytest.raises(ProtocolError, match=message):
         reader.next_frame()
+
+
+def test_a_header_over_the_configured_bound_is_refused_naming_it():
+    frame = encode_frame({"type": "progress", "pad": "x" * 200})
+    reader = FrameReader(np.dtype("<i2"), expected_n=3, max_header_bytes=100, bound="CLGATE_X")
+    reader.feed(frame)
+    with pytest.raises(ProtocolError, match=r"header of 2\d\d bytes \(at most 100 bytes: CLGATE_X\)"):
+        reader.next_frame()
+    roomy = FrameReader(np.dtype("<i2"), expected_n=3, max_header_bytes=1 << 40, bound="CLGATE_X")
+    assert roomy.max_header_bytes == MAX_HEADER_BYTES  # never above the protocol's own bound
+    roomy.feed(frame)
+    assert roomy.next_frame()[0]["pad"] == "x" * 200
 
 
 def test_prediction_range():
