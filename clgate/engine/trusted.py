@@ -45,6 +45,7 @@ from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import select_heldout
 from clgate.engine.models import file_digest
 from clgate.engine.protocol import (
+    MAX_HEADER_BYTES,
     FrameReader,
     ProtocolError,
     check_predictions,
@@ -346,8 +347,12 @@ class _Session:
         self.progress_cb = progress
         self.digest = digest
         self.base_dir = base_dir
-        bound = {} if max_file_bytes is None else {"max_header_bytes": max_file_bytes, "bound": FILE_BOUND}
-        self.reader = FrameReader(prediction_dtype(data.n_classes), expected_n=staging.n, **bound)
+        self.reader = FrameReader(
+            prediction_dtype(data.n_classes),
+            expected_n=staging.n,
+            max_header_bytes=MAX_HEADER_BYTES if max_file_bytes is None else max_file_bytes,
+            bound=FILE_BOUND,
+        )
         sel = staging.selection
         self.counter = HeldoutCounter(
             staging.labels, staging.rank, ends=sel.ends, totals=sel.totals, cells=staging.cells
@@ -759,20 +764,32 @@ def run_job(
             max_file_bytes=max_file_bytes,
         )
         proc = launcher(ChildLaunch(staging.folder, child_out, threads, gpu))
-        try:
-            stop_asked = _pump(proc, session, should_stop, stop_grace_s)
-            written = _conclude(session, proc, stop_asked, stop_grace_s, child_out)
-            _collect_models(session, child_out)
-        except ProtocolError as exc:
-            kill_child(proc)
-            if not hasattr(exc, "paths"):
-                exc.paths = session.save_partial()  # type: ignore[attr-defined]
-            raise
-        except KeyboardInterrupt as exc:
-            kill_child(proc)
+        return _drive(proc, session, child_out, should_stop, stop_grace_s)
+
+
+def _drive(
+    proc: subprocess.Popen[bytes],
+    session: _Session,
+    child_out: Path,
+    should_stop: Callable[[], bool] | None,
+    grace_s: float,
+) -> list[Path]:
+    """Read the child to its end and conclude; on a broken protocol or an interrupt, the child is killed
+    and the log so far written (``paths`` on the exception)."""
+    try:
+        stop_asked = _pump(proc, session, should_stop, grace_s)
+        written = _conclude(session, proc, stop_asked, grace_s, child_out)
+        _collect_models(session, child_out)
+    except ProtocolError as exc:
+        kill_child(proc)
+        if not hasattr(exc, "paths"):
             exc.paths = session.save_partial()  # type: ignore[attr-defined]
-            raise
-        finally:
-            if proc.poll() is None:
-                kill_child(proc)
+        raise
+    except KeyboardInterrupt as exc:
+        kill_child(proc)
+        exc.paths = session.save_partial()  # type: ignore[attr-defined]
+        raise
+    finally:
+        if proc.poll() is None:
+            kill_child(proc)
     return written
