@@ -211,8 +211,8 @@ class _SeedLog:
         self.last_eval: float | None = None
         self.started = time.monotonic()
         self.plan = plan_checkpoints(job.spec, len(job.tasks)) if job.spec.mode == "evaluate" else None
-        self.size = 0  # bytes of the log's compact JSON so far (meta, points, resources)
-        self.grow(meta)
+        self.size = 0  # bytes of the log's compact JSON so far (classes, tasks, meta, points, resources)
+        self.grow([job.data.class_names, job.tasks, meta])
 
     def grow(self, item: Any) -> None:
         """Count ``item``'s compact JSON toward the log's size; past the job's ``max_file_bytes`` the job
