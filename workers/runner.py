@@ -336,13 +336,10 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
             gpu=gpu,
             work_dir=staged.work,
             stop_grace_s=settings.sandbox_kill_grace_s,
+            max_file_bytes=settings.sandbox_max_file_bytes,
         )
     except InputError:
-        if launcher.overflow:
-            raise SandboxError(
-                f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
-                "into its output folder and was stopped"
-            ) from None
+        _fail_on_a_limit(launcher, staged, settings)
         log.info("job %s: the engine's child:\n%s", job_id, sandbox.child_log_tail(staged))
         raise
     except Exception as exc:
@@ -351,12 +348,35 @@ def _run_engine(store: Store, job_id: str, spec: dict, filenames: dict[str, str 
 
         if not isinstance(exc, ChildError):  # transient faults and the rest keep their own handling
             raise
+        _fail_on_a_limit(launcher, staged, settings)
         log.warning("job %s: the engine failed:\n%s", job_id, sandbox.child_log_tail(staged))
         raise SandboxError(str(exc)[:1100]) from None
     finally:
         if children is not None:  # a child that died while waiting, or one of another kind, is replaced
             children.refill()
-    return (log_paths, state["stopped"]) if stopped else (log_paths, None)
+    if stopped:
+        return log_paths, state["stopped"]
+    _fail_on_a_limit(launcher, staged, settings)  # a child that reached a limit and carried on fails too
+    return log_paths, None
+
+
+def _fail_on_a_limit(launcher: sandbox.SandboxLauncher, staged: sandbox.Staged, settings: Settings) -> None:
+    """Fail the job, naming the setting, when its child reached a size limit the worker enforces: its
+    output folder past ``OUTPUT_FILES_FACTOR`` × ``CLGATE_SANDBOX_MAX_FILE_BYTES`` (the child was killed),
+    or its standard error (``child.log``) cut at ``CLGATE_SANDBOX_MAX_FILE_BYTES`` by its
+    ``RLIMIT_FSIZE``. The engine itself refuses a message, a log or an output file over the bound."""
+    limit = settings.sandbox_max_file_bytes
+    if launcher.overflow:
+        total = sandbox.OUTPUT_FILES_FACTOR * limit
+        raise SandboxError(
+            f"the job wrote more than {sandbox.OUTPUT_FILES_FACTOR} × CLGATE_SANDBOX_MAX_FILE_BYTES "
+            f"({total} bytes) into its output folder and was stopped"
+        )
+    if sandbox.child_log_size(staged) >= limit:
+        raise SandboxError(
+            f"the model's process wrote {limit} bytes to its standard error, the most "
+            "CLGATE_SANDBOX_MAX_FILE_BYTES allows: its output (child.log) is cut there and the job is failed"
+        )
 
 
 #: Held by the worker heartbeat while it writes, and taken before this process forks (Celery's prefork

@@ -20,10 +20,11 @@ logs into ``<attempt>/logs``, where the child cannot reach:
   namespaces; the service warns at start and ``/readyz`` reports ``sandbox: unconfined``.
 
 Limits in both: address space (``CLGATE_SANDBOX_MEMORY_BYTES``), file size
-(``CLGATE_SANDBOX_MAX_FILE_BYTES``), CPU threads (``CLGATE_SANDBOX_CPU_THREADS``), CPU time (the hard
-time limit × threads), open files, no core dumps, the output folder's total size, and wall time: at the
-soft time limit or on cancel the child is asked to stop (a ``stop`` message on its standard input) and
-is killed ``CLGATE_SANDBOX_KILL_GRACE_S`` later.
+(``CLGATE_SANDBOX_MAX_FILE_BYTES``: each file, ``child.log`` — its standard error — included; the
+engine's trusted side bounds its messages and the logs built from them by the same number), CPU
+threads (``CLGATE_SANDBOX_CPU_THREADS``), CPU time (the hard time limit × threads), open files, no core
+dumps, the output folder's total size, and wall time: at the soft time limit or on cancel the child is
+asked to stop (a ``stop`` message on its standard input) and is killed ``CLGATE_SANDBOX_KILL_GRACE_S`` later.
 
 Nothing the child sends is trusted: every message is checked by the engine's trusted side, counts are
 made from the labels the child never saw, and the error it reports is shortened and stripped of paths.
@@ -191,19 +192,23 @@ class Staged:
 # few seconds); a child that writes more is killed.
 OUTPUT_FILES_FACTOR = 4
 SIZE_CHECK_EVERY_S = 2.0
+# What one entry of the output folder counts for at least (an inode and a block): a flood of empty
+# files or folders reaches the bound as surely as one of data.
+ENTRY_BYTES = 4096
 
 
 def tree_size(folder: Path) -> int:
-    """Bytes in the regular files under ``folder`` (links not followed)."""
+    """Bytes under ``folder`` (links not followed), each entry — file, folder, link — counted as at least
+    :data:`ENTRY_BYTES`."""
     total = 0
-    for root, _dirs, files in os.walk(folder, followlinks=False):
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        total += ENTRY_BYTES * len(dirs)
         for name in files:
             try:
                 info = os.lstat(os.path.join(root, name))
             except OSError:
                 continue
-            if stat.S_ISREG(info.st_mode):
-                total += info.st_size
+            total += max(info.st_size if stat.S_ISREG(info.st_mode) else 0, ENTRY_BYTES)
     return total
 
 
@@ -483,6 +488,16 @@ def read_tail(path: Path, limit: int) -> bytes | None:
         return os.pread(fd, limit, max(0, info.st_size - limit))
     finally:
         os.close(fd)
+
+
+def child_log_size(staged: Staged) -> int:
+    """Bytes the child printed (``<work>/child.log``; 0 when absent or not a regular file). Its
+    ``RLIMIT_FSIZE`` (``CLGATE_SANDBOX_MAX_FILE_BYTES``) stops it there: this many bytes mean it was cut."""
+    try:
+        info = os.lstat(staged.work / "child.log")
+    except OSError:
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
 
 def child_log_tail(staged: Staged, limit: int = 2000) -> str:

@@ -85,7 +85,18 @@ def run_engine_job(
     gpu = bool(getattr(launcher, "gpu", False))
     # the child's inputs are staged inside the output folder (not in /tmp, often memory) and removed after
     out.mkdir(parents=True, exist_ok=True)
-    return run_job(spec, out, progress=progress, base_dir=base_dir, launcher=launcher, gpu=gpu, work_dir=out)
+    settings = getattr(launcher, "settings", None)  # a confined child: the service's size bound applies
+    bound = settings.sandbox_max_file_bytes if settings is not None else None
+    return run_job(
+        spec,
+        out,
+        progress=progress,
+        base_dir=base_dir,
+        launcher=launcher,
+        gpu=gpu,
+        work_dir=out,
+        max_file_bytes=bound,
+    )
 
 
 def _common_overrides(seeds: str | None, device: str | None) -> list[str]:

@@ -70,12 +70,23 @@ def write_frame(stream: BinaryIO, header: dict[str, Any], payload: np.ndarray | 
 class FrameReader:
     """Frames out of a byte stream fed in pieces; every length and type checked before it is used.
 
-    ``expected_n``: the number of predictions a ``point`` must carry (the staged held-out samples).
+    ``expected_n``: the number of predictions a ``point`` must carry (the staged held-out samples);
+    ``max_header_bytes``: the largest header accepted (at most :data:`MAX_HEADER_BYTES`), ``bound`` the
+    name the refusal gives it (the setting it comes from).
     """
 
-    def __init__(self, dtype: np.dtype, *, expected_n: int) -> None:
+    def __init__(
+        self,
+        dtype: np.dtype,
+        *,
+        expected_n: int,
+        max_header_bytes: int = MAX_HEADER_BYTES,
+        bound: str = "the protocol's bound",
+    ) -> None:
         self.dtype = np.dtype(dtype)
         self.expected_n = expected_n
+        self.max_header_bytes = min(max_header_bytes, MAX_HEADER_BYTES)
+        self.bound = bound if max_header_bytes < MAX_HEADER_BYTES else "the protocol's bound"
         self._buf = bytearray()
         self._header: dict[str, Any] | None = None
 
@@ -88,8 +99,9 @@ class FrameReader:
             if len(self._buf) < _LENGTH.size:
                 return None
             (length,) = _LENGTH.unpack_from(self._buf)
-            if length > MAX_HEADER_BYTES:
-                raise ProtocolError(f"a message header of {length} bytes (at most {MAX_HEADER_BYTES})")
+            if length > self.max_header_bytes:
+                limit, bound = self.max_header_bytes, self.bound
+                raise ProtocolError(f"a message header of {length} bytes (at most {limit} bytes: {bound})")
             if len(self._buf) < _LENGTH.size + length:
                 return None
             self._header = _parse_header(bytes(self._buf[_LENGTH.size : _LENGTH.size + length]))

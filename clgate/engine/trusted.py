@@ -9,7 +9,9 @@ between task ends every ``eval_every`` updates, and in evaluate mode exactly the
 message is checked (type, fields, the number of predictions, the range of class indices); the counts
 are made here, from the labels the child never saw. A message out of place ends the job with
 :class:`~clgate.engine.protocol.ProtocolError`; a child that stops early leaves a partial log (which no
-gate passes). Nothing the child writes is read as a count. What it reports about resources (parameters,
+gate passes). With ``max_file_bytes`` (the service's ``CLGATE_SANDBOX_MAX_FILE_BYTES``) a message header,
+a seed's log and a file in the child's output folder are bounded too, and reaching the bound ends the job
+naming it. Nothing the child writes is read as a count. What it reports about resources (parameters,
 memory, mul-adds) and the model (strategy parameters, cost per sample) is its claim, recorded as such.
 """
 
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import platform
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -41,6 +45,7 @@ from clgate.engine.errors import EngineInputError
 from clgate.engine.evaluator import select_heldout
 from clgate.engine.models import file_digest
 from clgate.engine.protocol import (
+    MAX_HEADER_BYTES,
     FrameReader,
     ProtocolError,
     check_predictions,
@@ -59,6 +64,8 @@ PROGRESS_INTERVAL_S = 0.2
 POLL_S = 0.1
 STOP_GRACE_S = 30.0
 MESSAGE_LIMIT = 2000
+#: The setting the service takes ``max_file_bytes`` from (named in the refusals, so an operator finds it).
+FILE_BOUND = "CLGATE_SANDBOX_MAX_FILE_BYTES"
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,20 @@ class _SeedLog:
         self.last_eval: float | None = None
         self.started = time.monotonic()
         self.plan = plan_checkpoints(job.spec, len(job.tasks)) if job.spec.mode == "evaluate" else None
+        self.size = 0  # bytes of the log's compact JSON so far (classes, tasks, meta, points, resources)
+        self.grow([job.data.class_names, job.tasks, meta])
+
+    def grow(self, item: Any) -> None:
+        """Count ``item``'s compact JSON toward the log's size; past the job's ``max_file_bytes`` the job
+        ends (:class:`ProtocolError`) before the item is kept, so the partial log stays under the bound."""
+        self.size += len(json.dumps(item, separators=(",", ":"), default=str)) + 1
+        limit = self.job.max_file_bytes
+        if limit is not None and self.size > limit:
+            raise ProtocolError(
+                f"seed {self.seed}: the evaluation log would exceed {limit} bytes ({FILE_BOUND}, the largest "
+                f"log accepted) at point {len(self.points) + 1}: the model's process sent more than a log "
+                "may hold; the log so far is kept as a partial log"
+            )
 
     def log(self, partial: bool) -> EvaluationLog:
         try:
@@ -235,9 +256,10 @@ class _SeedLog:
         self._check_point(iteration, task, task_end)
         check_predictions(preds, len(self.job.data.class_names))
         correct, total = self.job.count(preds, task)
-        self.points.append(
-            {"iteration": iteration, "task": task, "task_end": task_end, "correct": correct, "total": total}
-        )
+        point = {"iteration": iteration, "task": task, "task_end": task_end}
+        point |= {"correct": correct, "total": total}
+        self.grow(point)
+        self.points.append(point)
         if self.plan is not None:
             path = self.job.checkpoint_file(len(self.points) - 1)
             self.meta["checkpoints"].append(
@@ -283,6 +305,7 @@ class _SeedLog:
             raise ProtocolError(f"seed {self.seed}, task {task}: resources: {exc}") from None
         if resources.task != task:
             raise ProtocolError(f"seed {self.seed}: resources of task {resources.task} for task {task}")
+        self.grow(raw)
         self.resources.append(resources)
         self.meta["iterations_per_task"].append(iterations)
         self.task += 1
@@ -315,14 +338,21 @@ class _Session:
         *,
         digest: str,
         base_dir: Path | None,
+        max_file_bytes: int | None = None,
     ) -> None:
         self.spec, self.data, self.staging, self.out_dir = spec, data, staging, out_dir
+        self.max_file_bytes = max_file_bytes
         self.scenario = scenario
         self.tasks = scenario.cells  # the log's tasks: classes (NC) or cells (NI/NIC)
         self.progress_cb = progress
         self.digest = digest
         self.base_dir = base_dir
-        self.reader = FrameReader(prediction_dtype(data.n_classes), expected_n=staging.n)
+        self.reader = FrameReader(
+            prediction_dtype(data.n_classes),
+            expected_n=staging.n,
+            max_header_bytes=MAX_HEADER_BYTES if max_file_bytes is None else max_file_bytes,
+            bound=FILE_BOUND,
+        )
         sel = staging.selection
         self.counter = HeldoutCounter(
             staging.labels, staging.rank, ends=sel.ends, totals=sel.totals, cells=staging.cells
@@ -596,15 +626,41 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+def files_at_limit(folder: Path, limit: int) -> list[str]:
+    """The regular files under ``folder`` (links not followed) of ``limit`` bytes or more: files the
+    child's ``RLIMIT_FSIZE`` stopped, cut at the limit (its writes past it failed)."""
+    found = []
+    for root, _dirs, files in os.walk(folder, followlinks=False):
+        for name in files:
+            path = Path(root) / name
+            with contextlib.suppress(OSError):
+                info = path.lstat()
+                if stat.S_ISREG(info.st_mode) and info.st_size >= limit:
+                    found.append(str(path.relative_to(folder)))
+    return sorted(found)
+
+
 def _conclude(
-    session: _Session, proc: subprocess.Popen[bytes], stop_asked: bool, grace_s: float
+    session: _Session,
+    proc: subprocess.Popen[bytes],
+    stop_asked: bool,
+    grace_s: float,
+    child_out: Path | None = None,
 ) -> list[Path]:
-    """What the child's end means: the logs, a cancellation, a divergence, its error, or a broken run."""
+    """What the child's end means: a file cut at the size limit, the logs, a cancellation, a divergence,
+    its error, or a broken run."""
     try:
         returncode = proc.wait(timeout=grace_s)  # its output has ended: it has nothing more to say
     except subprocess.TimeoutExpired:
         kill_child(proc)
         returncode = proc.returncode
+    limit = session.max_file_bytes
+    if limit is not None and child_out is not None and (full := files_at_limit(child_out, limit)):
+        names = ", ".join(repr(name[:60]) for name in full[:3])
+        raise ProtocolError(
+            f"the model's process wrote {limit} bytes into {names} in its output folder, the most "
+            f"{FILE_BOUND} allows for one file: the file is cut there and the job is failed"
+        )
     session.rewrite_finished()
     run = session.current
     if run is not None and run.divergence is not None:
@@ -655,6 +711,7 @@ def run_job(
     gpu: bool = False,
     work_dir: Path | None = None,
     stop_grace_s: float = STOP_GRACE_S,
+    max_file_bytes: int | None = None,
 ) -> list[Path]:
     """Run a job: one evaluation log per seed, ``out_dir/log-seed{seed}.json``; returns their paths.
 
@@ -663,7 +720,9 @@ def run_job(
     threads when not 0; ``gpu``: it may use the GPU devices); its inputs are staged in a temporary
     folder under ``work_dir`` (default: the system's). Raises
     :class:`~clgate.engine.errors.EngineInputError` (a ``ValueError``) for bad input, including a child
-    that breaks the protocol (:class:`~clgate.engine.protocol.ProtocolError`), :class:`JobCancelled`
+    that breaks the protocol (:class:`~clgate.engine.protocol.ProtocolError`: with ``max_file_bytes``,
+    the service's ``CLGATE_SANDBOX_MAX_FILE_BYTES``, also a message header, a seed's evaluation log as
+    compact JSON, or a file in the child's output folder reaching that many bytes), :class:`JobCancelled`
     when ``should_stop`` returns true, and re-raises ``KeyboardInterrupt`` — in both cases after
     writing the log so far as a valid partial log.
     """
@@ -693,22 +752,44 @@ def run_job(
         )
         child_out = Path(tmp) / "out"
         child_out.mkdir()
-        session = _Session(spec, data, scenario, staging, out_dir, progress, digest=digest, base_dir=base_dir)
+        session = _Session(
+            spec,
+            data,
+            scenario,
+            staging,
+            out_dir,
+            progress,
+            digest=digest,
+            base_dir=base_dir,
+            max_file_bytes=max_file_bytes,
+        )
         proc = launcher(ChildLaunch(staging.folder, child_out, threads, gpu))
-        try:
-            stop_asked = _pump(proc, session, should_stop, stop_grace_s)
-            written = _conclude(session, proc, stop_asked, stop_grace_s)
-            _collect_models(session, child_out)
-        except ProtocolError as exc:
-            kill_child(proc)
-            if not hasattr(exc, "paths"):
-                exc.paths = session.save_partial()  # type: ignore[attr-defined]
-            raise
-        except KeyboardInterrupt as exc:
-            kill_child(proc)
+        return _drive(proc, session, child_out, should_stop, stop_grace_s)
+
+
+def _drive(
+    proc: subprocess.Popen[bytes],
+    session: _Session,
+    child_out: Path,
+    should_stop: Callable[[], bool] | None,
+    grace_s: float,
+) -> list[Path]:
+    """Read the child to its end and conclude; on a broken protocol or an interrupt, the child is killed
+    and the log so far written (``paths`` on the exception)."""
+    try:
+        stop_asked = _pump(proc, session, should_stop, grace_s)
+        written = _conclude(session, proc, stop_asked, grace_s, child_out)
+        _collect_models(session, child_out)
+    except ProtocolError as exc:
+        kill_child(proc)
+        if not hasattr(exc, "paths"):
             exc.paths = session.save_partial()  # type: ignore[attr-defined]
-            raise
-        finally:
-            if proc.poll() is None:
-                kill_child(proc)
+        raise
+    except KeyboardInterrupt as exc:
+        kill_child(proc)
+        exc.paths = session.save_partial()  # type: ignore[attr-defined]
+        raise
+    finally:
+        if proc.poll() is None:
+            kill_child(proc)
     return written

@@ -74,7 +74,9 @@ class Settings(BaseSettings):
         description="Address-space limit of a job's child (RLIMIT_AS; RLIMIT_DATA on GPU); 0: none.",
     )
     sandbox_max_file_bytes: Annotated[int, Field(gt=0)] = Field(
-        256 * MiB, description="Largest file a job's child may write (RLIMIT_FSIZE); also the log size bound."
+        256 * MiB,
+        description="Largest file a job's child may write (RLIMIT_FSIZE; its standard error included), "
+        "largest message header it may send and largest evaluation log built from its messages.",
     )
     sandbox_cpu_threads: Annotated[int, Field(ge=1, le=256)] = Field(
         4, description="Most CPU threads a job's child uses (torch, OpenMP, MKL, OpenBLAS)."

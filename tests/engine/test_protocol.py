@@ -26,7 +26,13 @@ from clgate.engine import run_job
 from clgate.engine.data import load_data
 from clgate.engine.evaluator import ContinualEvaluator, select_heldout
 from clgate.engine.models import apply_weights, build_model, load_state_dict_file
-from clgate.engine.protocol import FrameReader, ProtocolError, check_predictions, encode_frame
+from clgate.engine.protocol import (
+    MAX_HEADER_BYTES,
+    FrameReader,
+    ProtocolError,
+    check_predictions,
+    encode_frame,
+)
 from clgate.engine.runner import ChildLaunch, local_launcher
 from clgate.engine.scenario import tasks_from_spec
 from clgate.engine.staging import stage_job
@@ -338,6 +344,18 @@ def test_garbage_frames_are_refused(raw, message):
         reader.next_frame()
 
 
+def test_a_header_over_the_configured_bound_is_refused_naming_it():
+    frame = encode_frame({"type": "progress", "pad": "x" * 200})
+    reader = FrameReader(np.dtype("<i2"), expected_n=3, max_header_bytes=100, bound="CLGATE_X")
+    reader.feed(frame)
+    with pytest.raises(ProtocolError, match=r"header of 2\d\d bytes \(at most 100 bytes: CLGATE_X\)"):
+        reader.next_frame()
+    roomy = FrameReader(np.dtype("<i2"), expected_n=3, max_header_bytes=1 << 40, bound="CLGATE_X")
+    assert roomy.max_header_bytes == MAX_HEADER_BYTES  # never above the protocol's own bound
+    roomy.feed(frame)
+    assert roomy.next_frame()[0]["pad"] == "x" * 200
+
+
 def test_prediction_range():
     check_predictions(np.array([-1, 0, 5]), 6)
     for bad in ([6], [-2], [0, 32767]):
@@ -360,3 +378,49 @@ def test_the_child_prints_never_reach_the_protocol(tmp_path, synthetic_spec):
     honest = load_log(run_job(synthetic_spec(), tmp_path / "a")[0])
     printed = load_log(run_job(synthetic_spec(), tmp_path / "b", launcher=_plain_launcher(source))[0])
     assert printed.points == honest.points
+
+
+# the real child, sending valid points past a log's bound, or writing a file of twice the bound
+OVER_THE_BOUND = """
+import os, sys
+import clgate.engine.child as child
+MODE, BOUND = {mode!r}, {bound}
+real_send, real_run = child.PipeChannel.send, child._run
+def send(self, header, payload=None):
+    real_send(self, header, payload)
+    if MODE == "points" and header["type"] == "point" and not header["task_end"] and header["iteration"] > 0:
+        for k in range(2, 5000):
+            real_send(self, {{**header, "iteration": header["iteration"] * k}}, payload)
+def run(stage, out, *rest):
+    if MODE == "file":
+        with open(os.path.join(out, "big.bin"), "wb") as f:
+            f.write(b"x" * 2 * BOUND)
+    return real_run(stage, out, *rest)
+child.PipeChannel.send, child._run = send, run
+sys.argv[0] = "child"
+sys.exit(child.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("points", r"seed 0: the evaluation log would exceed 65536 bytes \(CLGATE_SANDBOX_MAX_FILE_BYTES"),
+        ("file", r"wrote 65536 bytes into 'big.bin' in its output folder, the most CLGATE_SANDBOX_MAX_FILE"),
+    ],
+)
+def test_a_child_past_max_file_bytes_ends_the_job_naming_the_bound(tmp_path, synthetic_spec, mode, message):
+    spec, bound = synthetic_spec(), 64 << 10
+    out = tmp_path / "out"
+    source = OVER_THE_BOUND.format(mode=mode, bound=bound)
+    with pytest.raises(ProtocolError, match=message):
+        run_job(spec, out, launcher=_plain_launcher(source), max_file_bytes=bound)
+    log = load_log(out / "log-seed0.json")  # what the trusted side wrote, within the bound
+    assert (out / "log-seed0.json").stat().st_size <= bound + 1024
+    if mode == "points":  # the points that fit, as a partial log
+        assert log.partial and len(log.points) > 100
+
+
+def test_an_honest_child_under_a_small_max_file_bytes_runs_to_the_end(tmp_path, synthetic_spec):
+    (path,) = run_job(synthetic_spec(), tmp_path / "out", max_file_bytes=64 << 10)
+    assert not load_log(path).partial

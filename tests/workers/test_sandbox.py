@@ -378,3 +378,100 @@ def test_the_child_logs_tail_is_read_whatever_its_size(tmp_path):
     log.unlink()
     log.symlink_to(staged.work / "elsewhere.log")  # a link the child left: not followed
     assert sandbox.child_log_tail(staged) == ""
+
+
+# ---------------------------------------------------------------------- size limits of a hostile child
+# Each wraps the real child: the job is honest but for one thing the child does past a size limit.
+LIMIT = 256 << 10  # CLGATE_SANDBOX_MAX_FILE_BYTES in these tests
+_WRAP = (
+    "import os, sys\nimport clgate.engine.child as child\n"
+    "real_run, real_send = child._run, child.PipeChannel.send\n"
+)
+_RUN = "sys.exit(child.main(sys.argv[1:]))\n"
+
+
+def _wrapped(body: str) -> str:
+    """The real child (``real_run``, ``real_send`` at hand) with ``body`` run before it starts."""
+    return _WRAP + body + _RUN
+
+
+FLOODS_STDERR = _wrapped(
+    "def run(*args):\n"
+    "    for _ in range(64):  # 4 MiB in all\n"
+    "        try:\n"
+    "            os.write(2, b'x' * 65536)\n"
+    "        except OSError:  # EFBIG past RLIMIT_FSIZE: carry on regardless\n"
+    "            pass\n"
+    "    return real_run(*args)\n"
+    "child._run = run\n"
+)
+OVERSIZED_MESSAGE = _wrapped(
+    "def send(self, header, payload=None):\n"
+    "    if header.get('type') == 'seed_start':\n"
+    f"        header = {{**header, 'meta': {{'padding': 'x' * {2 * LIMIT}}}}}\n"
+    "    real_send(self, header, payload)\n"
+    "child.PipeChannel.send = send\n"
+)
+ENDLESS_POINTS = _wrapped(
+    "def send(self, header, payload=None):\n"
+    "    real_send(self, header, payload)\n"
+    "    if header.get('type') == 'point' and not header['task_end'] and header['iteration'] > 0:\n"
+    "        for k in range(2, 20000):  # valid points, each after the last: more than a log may hold\n"
+    "            real_send(self, {**header, 'iteration': header['iteration'] * k}, payload)\n"
+    "child.PipeChannel.send = send\n"
+)
+OVERSIZED_FILE = _wrapped(
+    "def run(stage, out, *rest):\n"
+    "    try:\n"
+    "        with open(os.path.join(out, 'big.bin'), 'wb') as f:\n"
+    f"            f.write(b'x' * {2 * LIMIT})\n"
+    "    except OSError:  # EFBIG past RLIMIT_FSIZE: carry on regardless\n"
+    "        pass\n"
+    "    return real_run(stage, out, *rest)\n"
+    "child._run = run\n"
+)
+
+
+class Honest(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+@pytest.mark.parametrize(
+    ("child", "expected"),
+    [
+        pytest.param(None, None, id="honest"),
+        pytest.param(FLOODS_STDERR, "bytes to its standard error", id="stderr"),
+        pytest.param(OVERSIZED_MESSAGE, "a message header of", id="message"),
+        pytest.param(ENDLESS_POINTS, "the evaluation log would exceed", id="log"),
+        pytest.param(OVERSIZED_FILE, "into 'big.bin' in its output folder", id="file"),
+    ],
+)
+def test_a_child_past_a_size_limit_fails_its_job_naming_the_limit(
+    tmp_path, bwrap, monkeypatch, child, expected
+):
+    settings, ctx = _store(tmp_path, sandbox="bwrap", sandbox_max_file_bytes=LIMIT)
+    job_id = _job(ctx, _scripted(Honest()))
+    if child is not None:
+        monkeypatch.setattr(sandbox, "CHILD_COMMAND", ["-c", child])
+    state = runner.execute_job(job_id, settings)
+    error = _job_row(ctx, job_id).error
+    child_log = settings.jobs_dir / job_id / "attempt-1" / "child.log"
+    assert child_log.stat().st_size <= LIMIT  # the worker's copy of the child's prints is bounded
+    if expected is None:  # the control: the same job under the same small limit passes
+        assert state == "succeeded", error
+        return
+    assert state == "failed"
+    assert expected in error and "CLGATE_SANDBOX_MAX_FILE_BYTES" in error, error
+    assert str(tmp_path) not in error
+    if child is FLOODS_STDERR:
+        assert child_log.stat().st_size == LIMIT  # cut exactly there
+    if child is ENDLESS_POINTS:  # the points that fit are kept, as a partial log
+        kept = json.loads((settings.jobs_dir / job_id / "attempt-1" / "logs" / "log-seed0.json").read_text())
+        assert kept["partial"] is True and len(kept["points"]) > 1000
+    for log in (settings.jobs_dir / job_id / "attempt-1" / "logs").glob("*.json"):
+        assert log.stat().st_size <= LIMIT + 1024  # a partial log, bounded (counted as compact JSON)
