@@ -461,3 +461,83 @@ def test_exporter_needs_celery_mode_and_a_valid_port(tmp_path, monkeypatch):
     monkeypatch.setenv("CLGATE_BROKER_URL", "redis://127.0.0.1:1/0")
     res = CliRunner().invoke(app, ["exporter", "--port", "70000"])
     assert res.exit_code == 2 and "--port" in res.output
+
+
+# ---------------------------------------------------------------------- NI/NIC decisions
+def _ni_decision_headline() -> dict:
+    """The headline of a real NI decision (docs/metrics.md's cats and dogs by day, then by night), the
+    candidate's cat-by-day cell fallen from 9/10 to 3/10 against a baseline that kept it."""
+    from clgate.gate import gate_logs
+    from clgate.policy import parse_policy
+    from clgate.schemas import EvaluationLog
+
+    def log(cat_by_day: int) -> EvaluationLog:
+        def end(task: int, correct: list[int], total: list[int]) -> dict:
+            return {
+                "iteration": 100 * task,
+                "task": task,
+                "task_end": True,
+                "correct": correct,
+                "total": total,
+            }
+
+        return EvaluationLog.parse(
+            {
+                "scenario": "ni",
+                "class_of": [0, 1, 0, 1],
+                "class_names": ["cat", "dog"],
+                "groups": ["day", "night"],
+                "tasks": [[0, 1], [2, 3]],
+                "points": [end(1, [9, 8, 0, 0], [10, 10, 0, 0]), end(2, [cat_by_day, 8, 9, 7], [10] * 4)],
+            }
+        )
+
+    policy = parse_policy({"name": "ni", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    decision = gate_logs([log(3)], policy, baseline=log(9)).decision
+    return decision.headline.model_dump(mode="json")
+
+
+def test_ni_decision_names_cells_and_exports_the_pooled_worst_class(sessions):
+    headline = _ni_decision_headline()
+    assert (
+        headline["class_regression_class"] == "cat @ day" and headline["pooled_classes"][0]["name"] == "cat"
+    )
+    with session_scope(sessions) as s:
+        p = Policy(name="p", version="1", document={}, sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        job = Job(
+            mode="metrics", queue="cpu", model_name="ni", policy_id=p.id, state="succeeded", progress={}
+        )
+        s.add(job)
+        s.flush()
+        s.add(
+            Decision(
+                job_id=job.id, policy_id=p.id, model_name="ni", verdict="FAIL", headline=headline, document={}
+            )
+        )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions, queue_lengths=lambda: {}, worst_classes=3))
+    v = registry.get_sample_value
+    model = {"project": "default", "model": "ni"}
+    # the worst-class gauge ranks real classes, pooled over their cells: cat 12/20, dog 15/20
+    assert v("clgate_model_worst_class_accuracy_ratio", model | {"rank": "1", "class_name": "cat"}) == 0.6
+    assert v("clgate_model_worst_class_accuracy_ratio", model | {"rank": "2", "class_name": "dog"}) == 0.75
+    # the cells are their own series, each named with its class and its group
+    cell = model | {"rank": "1", "cell": "cat @ day", "class_name": "cat", "group": "day"}
+    assert v("clgate_model_worst_cell_accuracy_ratio", cell) == pytest.approx(0.3)
+    night = model | {"rank": "2", "cell": "dog @ night", "class_name": "dog", "group": "night"}
+    assert v("clgate_model_worst_cell_accuracy_ratio", night) == pytest.approx(0.7)
+    # the regression names the class whose cell dropped, and the cell
+    regression = model | {"class_name": "cat", "cell": "cat @ day"}
+    assert v("clgate_model_class_regression_ratio", regression) == pytest.approx(0.6)
+    text = generate_latest(registry).decode()
+    assert 'class_name="cat @ day"' not in text  # no label says class where it holds a cell
+
+
+def test_nc_exposition_has_no_cell_series(sessions):
+    _seed(sessions)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions, queue_lengths=lambda: {}, worst_classes=3))
+    text = generate_latest(registry).decode()
+    assert "clgate_model_worst_cell_accuracy_ratio" not in text and "cell=" not in text
