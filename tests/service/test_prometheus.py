@@ -190,6 +190,7 @@ def test_collector_survives_a_broker_outage(sessions):
 REQUIRED_ALERTS = {
     "ClgateWorstClassRegression",
     "ClgateMicaBelowFloor",
+    "ClgatePooledClassBelowFloor",
     "ClgateGateFailures",
     "ClgateJobsStuck",
     "ClgateNoWorkerConsuming",
@@ -216,10 +217,16 @@ def test_rules_have_severity_summary_description_runbook():
 
 def test_quality_alerts_survive_gaps_and_name_what_they_are_about():
     alerts = _alerts()
-    for name in ("ClgateWorstClassRegression", "ClgateMicaBelowFloor", "ClgateGateFailures"):
+    for name in (
+        "ClgateWorstClassRegression",
+        "ClgateMicaBelowFloor",
+        "ClgatePooledClassBelowFloor",
+        "ClgateGateFailures",
+    ):
         assert alerts[name].get("keep_firing_for"), name
     regression = alerts["ClgateWorstClassRegression"]
     assert "class_name" in regression["expr"] and "$labels.class_name" in regression["annotations"]["summary"]
+    assert "cell" in regression["expr"] and "$labels.cell" in regression["annotations"]["summary"]  # NI/NIC
     assert "on (instance, queue)" in alerts["ClgateNoWorkerConsuming"]["expr"]
     assert 'absent(up{job="clgate-api"} == 1)' in alerts["ClgateApiAbsent"]["expr"]
 
@@ -240,6 +247,7 @@ def test_rules_use_only_exported_metrics():
 
     exported = {name for _, name, _ in HEADLINE} | {
         "clgate_model_worst_class_accuracy_ratio",
+        "clgate_model_worst_cell_accuracy_ratio",
         "clgate_model_verdict",
         "clgate_model_last_decision_timestamp_seconds",
         "clgate_decisions_total",
@@ -361,6 +369,7 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         admin.close()
         sessions = make_sessionmaker(make_engine(Settings(data_dir=data_dir).resolved_database_url()))
         _seed(sessions)  # decisions for models alpha and beta, jobs, heartbeats
+        _seed_ni(sessions, _ni_decision_headline(cat_by_day=0))  # an NI model: cat pooled 9/20, cell 0/10
 
         # the replicas: per-process series only, never the deployment's
         text = httpx.get(f"http://{apis[1]}/metrics", headers={"Authorization": f"Bearer {viewer}"}).text
@@ -427,7 +436,7 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         assert {s["metric"]["instance"] for s in _query(prom, 'up{job="clgate-api"}')} == set(apis)
         assert len(_query(prom, "clgate_api_info")) == 2  # one per replica
         for expr, n in (
-            ("clgate_model_mica_ratio", 2),  # alpha and beta, once each
+            ("clgate_model_mica_ratio", 3),  # alpha, beta and ni, once each
             ('clgate_model_class_regression_ratio{class_name="dog"}', 1),
             ("clgate_decisions_total", 4),  # one per verdict
             ("clgate_queue_length", 2),  # gpu and cpu
@@ -439,6 +448,23 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         # sums are right: not doubled by the replicas
         assert _query(prom, 'sum(clgate_jobs{queue="gpu"})')[0]["value"][1] == "4"
         assert _query(prom, 'sum(clgate_model_mica_ratio{model="alpha"})')[0]["value"][1] == "0.1"
+        # the NI model: its cells are their own series, its regression names the cell, and the pooled
+        # class below the floor makes the NI alert pending (its `for` is longer than this test)
+        cells = _query(prom, 'clgate_model_worst_cell_accuracy_ratio{model="ni", rank="1"}')
+        assert [(c["metric"]["cell"], c["metric"]["class_name"], c["metric"]["group"]) for c in cells] == [
+            ("cat @ day", "cat", "day")
+        ]
+        regression = _query(prom, 'clgate_model_class_regression_ratio{model="ni"}')
+        assert [(r["metric"]["class_name"], r["metric"]["cell"]) for r in regression] == [
+            ("cat", "cat @ day")
+        ]
+
+        def pending() -> list[dict]:
+            alerts = httpx.get(f"{prom}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+            return [a["labels"] for a in alerts if a["labels"]["alertname"] == "ClgatePooledClassBelowFloor"]
+
+        _wait(lambda: bool(pending()), 30, "the pooled-class alert", procs[-1].popen, procs[-1].log)
+        assert [(a["model"], a["class_name"]) for a in pending()] == [("ni", "cat")]  # alpha, beta are NC
     finally:
         for p in reversed(procs):
             p.stop()
@@ -464,9 +490,9 @@ def test_exporter_needs_celery_mode_and_a_valid_port(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------- NI/NIC decisions
-def _ni_decision_headline() -> dict:
+def _ni_decision_headline(cat_by_day: int = 3) -> dict:
     """The headline of a real NI decision (docs/metrics.md's cats and dogs by day, then by night), the
-    candidate's cat-by-day cell fallen from 9/10 to 3/10 against a baseline that kept it."""
+    candidate's cat-by-day cell fallen from 9/10 to ``cat_by_day``/10 against a baseline that kept it."""
     from clgate.gate import gate_logs
     from clgate.policy import parse_policy
     from clgate.schemas import EvaluationLog
@@ -493,17 +519,14 @@ def _ni_decision_headline() -> dict:
         )
 
     policy = parse_policy({"name": "ni", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
-    decision = gate_logs([log(3)], policy, baseline=log(9)).decision
+    decision = gate_logs([log(cat_by_day)], policy, baseline=log(9)).decision
     return decision.headline.model_dump(mode="json")
 
 
-def test_ni_decision_names_cells_and_exports_the_pooled_worst_class(sessions):
-    headline = _ni_decision_headline()
-    assert (
-        headline["class_regression_class"] == "cat @ day" and headline["pooled_classes"][0]["name"] == "cat"
-    )
+def _seed_ni(sessions, headline: dict) -> None:
+    """A finished metrics job of model ``ni`` and its FAIL decision with ``headline``."""
     with session_scope(sessions) as s:
-        p = Policy(name="p", version="1", document={}, sha256="0" * 64)
+        p = Policy(name="ni", version="1", document={}, sha256="0" * 64)
         s.add(p)
         s.flush()
         job = Job(
@@ -516,6 +539,14 @@ def test_ni_decision_names_cells_and_exports_the_pooled_worst_class(sessions):
                 job_id=job.id, policy_id=p.id, model_name="ni", verdict="FAIL", headline=headline, document={}
             )
         )
+
+
+def test_ni_decision_names_cells_and_exports_the_pooled_worst_class(sessions):
+    headline = _ni_decision_headline()
+    assert (
+        headline["class_regression_class"] == "cat @ day" and headline["pooled_classes"][0]["name"] == "cat"
+    )
+    _seed_ni(sessions, headline)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(sessions, queue_lengths=lambda: {}, worst_classes=3))
     v = registry.get_sample_value
