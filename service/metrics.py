@@ -19,6 +19,12 @@ in ``_total``; labels are bounded (model names are validated, worst classes are 
 ``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets). Model and decision series
 carry the ``project`` that owns the model, so that each team's dashboards and alerts see its own.
 
+An NI/NIC decision judges cells (a class on one task's sample group, ``"cat @ night"``), and no label
+that says ``class_name`` holds a cell's name: its worst-class series ranks the real classes pooled over
+their cells, ``clgate_model_worst_cell_accuracy_ratio`` ranks the cells (``cell``, ``class_name``,
+``group``; exported only when some decision has cells), and its class-regression series adds a ``cell``
+label. An NC decision's series are exactly what they were.
+
 The API's ``/metrics`` answers a key with its own project's series only (:class:`ProjectView`: a series
 with another ``project`` label is left out, and so is the signed history's length); a ``global_admin`` key
 sees every project's. The
