@@ -175,3 +175,14 @@ def test_nic_worst_pooled_class_counts_samples_not_cells():
     counts = f"{pooled.correct} / {pooled.total} over {len(pooled.cells)} cells"
     assert f"class pooled over its cells: {pooled.name} at" in page.text["clgate-worst-pooled"]
     assert counts in page.text["clgate-worst-pooled"]
+
+
+def test_ni_decision_of_several_runs_sums_the_counts():
+    from tests.reports.test_ni_reports import _ni
+
+    policy = parse_policy({"name": "nb", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    result = gate_logs([_ni(seed=0), _ni(seed=1, cat_by_day=9)], policy)  # cat 13/20, then 15/20
+    page = Elements(result.decision._repr_html_())
+    assert page.text["clgate-worst-pooled"].startswith(
+        "Worst class pooled over its cells: cat at 70.0 % (28 / 40 (2 runs) over 2 cells"
+    )
