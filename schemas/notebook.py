@@ -3,6 +3,10 @@ frames (``to_frame()``, with pandas when it is installed).
 
 The HTML is self-contained (inline styles, no script): the verdict, the worst class at its worst
 moment, the rules, and a heatmap of the accuracies (green high, red low). Standard library only.
+
+An NI/NIC log's columns are *cells* (a class on the sample group of one task, ``"cat @ night"``): there
+the view says "cell" where it shows one and adds each real class pooled over its cells, the worst one
+named first, as the reports do. An NC log's view is unchanged.
 """
 
 from __future__ import annotations
@@ -66,17 +70,64 @@ def verdict_banner(verdict: str, summary: str) -> str:
     )
 
 
+def worst_moment_html(column: str, name: str, ident: int, task: int, accuracy: float | None, at: str) -> str:
+    """The worst ``column`` (``"class"``, or ``"cell"`` in an NI/NIC log) at its worst moment."""
+    return (
+        f'<p class="clgate-worst-moment">Worst {column} at its worst moment: <b>{_e(name)}</b> '
+        f"({column} {ident}, task {task}) at {_pct(accuracy)}{at}</p>"
+    )
+
+
+def worst_pooled_html(
+    name: str, accuracy: float | None, counts: str, n_cells: int, worst_cell: tuple[str, float | None] | None
+) -> str:
+    """NI/NIC logs: the class with the lowest accuracy pooled over its cells, its counts, its worst cell.
+
+    >>> text = worst_pooled_html("cat", 0.65, "13 / 20", 2, ("cat @ night", 0.6))
+    >>> text.split(": ", 1)[1]
+    '<b>cat</b> at 65.0 % (13 / 20 over 2 cells; its worst cell <b>cat @ night</b> at 60.0 %)</p>'
+    """
+    cell = f"; its worst cell <b>{_e(worst_cell[0])}</b> at {_pct(worst_cell[1])}" if worst_cell else ""
+    where = f"{counts} over {n_cells} cell{'s' if n_cells != 1 else ''}" if counts else _plural(n_cells)
+    return (
+        f'<p class="clgate-worst-pooled">Worst class pooled over its cells: <b>{_e(name)}</b> at '
+        f"{_pct(accuracy)} ({_e(where)}{cell})</p>"
+    )
+
+
+def _plural(n_cells: int) -> str:
+    return f"over {n_cells} cell{'s' if n_cells != 1 else ''}"
+
+
+def _counts(correct: int | None, total: int | None, runs: int = 1) -> str:
+    if correct is None or total is None:
+        return ""
+    return f"{correct} / {total}" + (f" ({runs} runs)" if runs > 1 else "")
+
+
+def _decision_pooled(decision: Decision) -> str:
+    """NI/NIC decisions: the worst class pooled over its cells; empty without pooled classes."""
+    pooled = decision.headline.pooled_classes
+    if not pooled:
+        return ""
+    first = pooled[0]
+    worst_cell = (first.worst_cell, first.worst_cell_accuracy) if first.worst_cell else None
+    counts = _counts(first.correct, first.total, decision.runs)
+    return worst_pooled_html(first.name, first.accuracy, counts, len(first.cells), worst_cell)
+
+
 def decision_html(decision: Decision, metrics: RunsResult | MetricsResult | None = None) -> str:
-    """The decision: verdict, worst class at its worst moment, rules; a heatmap of the classes."""
+    """The decision: verdict, worst class (NI/NIC: cell) at its worst moment, rules; a heatmap of the
+    classes (NI/NIC: of the cells, and of each class pooled over its cells)."""
     h = decision.headline
+    column = "class" if h.pooled_classes is None else "cell"
     parts = [f'<div class="clgate-decision">{verdict_banner(decision.verdict, decision.summary)}']
     if h.worst_moment is not None:
         w = h.worst_moment
         at = f", iteration {w.iteration}" if w.iteration is not None else ""
-        parts.append(
-            f'<p class="clgate-worst-moment">Worst class at its worst moment: <b>{_e(w.class_name)}</b> '
-            f"(class {w.class_id}, task {w.task}) at {_pct(w.accuracy)}{at}</p>"
-        )
+        parts.append(worst_moment_html(column, w.class_name, w.class_id, w.task, w.accuracy, at))
+    if h.pooled_classes is not None:
+        parts.append(_decision_pooled(decision))
     rules = "".join(
         f'<tr><td style="{CELL};text-align:left">{_e(r.id)}</td><td style="{CELL}">{_e(r.status)}</td>'
         f'<td style="{CELL}">{_e(r.value if r.value is None else round(r.value, 4))}</td>'
@@ -92,7 +143,11 @@ def decision_html(decision: Decision, metrics: RunsResult | MetricsResult | None
         parts.append(metrics_heatmaps(metrics))
     elif h.worst_classes:
         rows = [(f"{c.name} ({c.id})", [c.accuracy]) for c in h.worst_classes]
-        parts.append(heatmap("worst classes: final accuracy", ["accuracy"], rows))
+        plural = "classes" if column == "class" else "cells"
+        parts.append(heatmap(f"worst {plural}: final accuracy", ["accuracy"], rows))
+    if h.pooled_classes and metrics is None:  # with metrics, their heatmaps hold the pooled classes
+        rows = [(f"{p.name} ({p.id})", [p.accuracy]) for p in h.pooled_classes]
+        parts.append(heatmap("classes pooled over their cells: final accuracy", ["accuracy"], rows))
     parts.append("</div>")
     return "".join(parts)
 
@@ -103,7 +158,8 @@ def _single(metrics: RunsResult | MetricsResult) -> MetricsResult:
 
 
 def metrics_heatmaps(metrics: RunsResult | MetricsResult) -> str:
-    """Two heatmaps: each class (final and worst accuracy after it was learned), each per-task metric."""
+    """Two heatmaps: each class (final and worst accuracy after it was learned), each per-task metric.
+    An NI/NIC log's first one is of its cells, followed by one of each class pooled over its cells."""
     one = _single(metrics)
     classes = [
         (f"{c.name} ({c.id}, task {c.task})", [c.final_accuracy, c.min_after_learned]) for c in one.classes
@@ -114,17 +170,40 @@ def metrics_heatmaps(metrics: RunsResult | MetricsResult) -> str:
         if isinstance(value, list) and all(v is None or 0.0 <= v <= 1.0 for v in value)
     ]
     tasks = [f"task {k + 1}" for k in range(max((len(v) for _, v in series), default=0))]
-    return heatmap("classes", ["final", "worst after learned"], classes) + heatmap("per task", tasks, series)
+    if one.pooled_classes is None:
+        first = heatmap("classes", ["final", "worst after learned"], classes)
+    else:
+        pooled = [(f"{p.name} ({p.id})", [p.final_accuracy]) for p in one.pooled_classes]
+        first = heatmap(
+            "cells (a class on one task's sample group)", ["final", "worst after learned"], classes
+        )
+        first += heatmap("classes pooled over their cells", ["final"], pooled)
+    return first + heatmap("per task", tasks, series)
+
+
+def _metrics_pooled(one: MetricsResult) -> str:
+    """NI/NIC logs: the class with the lowest final accuracy pooled over its cells, and its worst cell."""
+    pooled = [p for p in one.pooled_classes or [] if p.final_accuracy is not None]
+    if not pooled:
+        return ""
+    worst = min(pooled, key=lambda p: p.final_accuracy)
+    cells = [c for c in one.classes if c.name in worst.cells and c.final_accuracy is not None]
+    cell = min(cells, key=lambda c: c.final_accuracy, default=None)
+    worst_cell = (cell.name, cell.final_accuracy) if cell is not None else None
+    counts = _counts(worst.final_correct, worst.final_total)
+    return worst_pooled_html(worst.name, worst.final_accuracy, counts, len(worst.cells), worst_cell)
 
 
 def metrics_html(metrics: RunsResult | MetricsResult) -> str:
-    """Metrics: the worst class at its worst moment, the scalars, the heatmaps."""
+    """Metrics: the worst class (NI/NIC: cell, then the worst class pooled over its cells) at its worst
+    moment, the scalars, the heatmaps."""
     one = _single(metrics)
     worst = min(
         (c for c in one.classes if c.min_after_learned is not None),
         key=lambda c: c.min_after_learned or 0.0,
         default=None,
     )
+    column = "class" if one.pooled_classes is None else "cell"
     parts = ['<div class="clgate-metrics">']
     if worst is not None:
         at = (
@@ -132,10 +211,9 @@ def metrics_html(metrics: RunsResult | MetricsResult) -> str:
             if worst.min_after_learned_iteration is not None
             else ""
         )
-        parts.append(
-            f'<p class="clgate-worst-moment">Worst class at its worst moment: <b>{_e(worst.name)}</b> '
-            f"(class {worst.id}, task {worst.task}) at {_pct(worst.min_after_learned)}{at}</p>"
-        )
+        parts.append(worst_moment_html(column, worst.name, worst.id, worst.task, worst.min_after_learned, at))
+    if one.pooled_classes is not None:
+        parts.append(_metrics_pooled(one))
     scalars = "".join(
         f'<tr><td style="{CELL};text-align:left">{_e(k)}</td><td style="{CELL}">{v:.4g}</td></tr>'
         for k, v in metrics.metrics.items()

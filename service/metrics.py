@@ -19,6 +19,12 @@ in ``_total``; labels are bounded (model names are validated, worst classes are 
 ``CLGATE_WORST_CLASSES`` only, verdicts/states/queues/modes are fixed sets). Model and decision series
 carry the ``project`` that owns the model, so that each team's dashboards and alerts see its own.
 
+An NI/NIC decision judges cells (a class on one task's sample group, ``"cat @ night"``), and no label
+that says ``class_name`` holds a cell's name: its worst-class series ranks the real classes pooled over
+their cells, ``clgate_model_worst_cell_accuracy_ratio`` ranks the cells (``cell``, ``class_name``,
+``group``; exported only when some decision has cells), and its class-regression series adds a ``cell``
+label. An NC decision's series are exactly what they were.
+
 The API's ``/metrics`` answers a key with its own project's series only (:class:`ProjectView`: a series
 with another ``project`` label is left out, and so is the signed history's length); a ``global_admin`` key
 sees every project's. The
@@ -52,6 +58,7 @@ log = logging.getLogger("clgate.metrics")
 STATES = JOB_STATES
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 REGRESSION = "clgate_model_class_regression_ratio"
+WORST_CELL = "clgate_model_worst_cell_accuracy_ratio"
 HEADLINE = tuple(  # (headline key, metric name, help): the metrics the registry exports as gauges
     (m.id, m.gauge.name, m.gauge.help) for m in REGISTRY.values() if m.gauge is not None
 )
@@ -68,6 +75,55 @@ def headline_gauges() -> tuple[tuple[str, str, str], ...]:
             taken.add(m.gauge.name)
             gauges.append((m.id, m.gauge.name, m.gauge.help))
     return tuple(gauges)
+
+
+def _cell_owners(headline: dict) -> dict[str, str]:
+    """NI/NIC decisions: each cell's name → the name of its class (from ``pooled_classes``)."""
+    return {cell: str(p.get("name", p.get("id"))) for p in headline["pooled_classes"] for cell in p["cells"]}
+
+
+def cell_labels(headline: dict, cell: str) -> dict[str, str]:
+    """The labels that name a cell of an NI/NIC decision truthfully: ``cell`` (its name, ``"<class> @
+    <group>"``), ``class_name`` (its class) and ``group`` (its sample group); ``""`` where unknown.
+
+    >>> h = {"pooled_classes": [{"id": 0, "name": "cat", "cells": ["cat @ day", "cat @ night"]}]}
+    >>> cell_labels(h, "cat @ night")
+    {'cell': 'cat @ night', 'class_name': 'cat', 'group': 'night'}
+    """
+    owner = _cell_owners(headline).get(cell, "")
+    prefix = f"{owner} @ "
+    group = cell[len(prefix) :] if owner and cell.startswith(prefix) else ""
+    return {"cell": cell, "class_name": owner, "group": group}
+
+
+def regression_labels(project: str, model: str, headline: dict) -> dict[str, str]:
+    """The class-regression series' labels: ``class_name`` names the class that dropped most; in an NI/NIC
+    decision (which judges cells) that class is the cell's class and ``cell`` names the cell."""
+    named = str(headline.get("class_regression_class") or "")
+    if headline.get("pooled_classes") is None:
+        return {"project": project, "model": model, "class_name": named}
+    labels = cell_labels(headline, named) if named else {"cell": "", "class_name": ""}
+    return {"project": project, "model": model, "class_name": labels["class_name"], "cell": labels["cell"]}
+
+
+def worst_ranked(headline: dict) -> list[tuple[float, dict[str, str]]]:
+    """The classes of ``clgate_model_worst_class_accuracy_ratio``, worst first: the decision's worst classes
+    (NC), or in an NI/NIC decision its real classes pooled over their cells (``worst_classes`` names
+    cells there; they go to :func:`worst_cells`)."""
+    pooled = headline.get("pooled_classes")
+    listed = (headline.get("worst_classes") or []) if pooled is None else pooled
+    ranked = [c for c in listed if c.get("accuracy") is not None]
+    ranked.sort(key=lambda c: c["accuracy"])
+    return [(float(c["accuracy"]), {"class_name": str(c.get("name", c.get("id")))}) for c in ranked]
+
+
+def worst_cells(headline: dict) -> list[tuple[float, dict[str, str]]]:
+    """NI/NIC decisions: the worst cells, worst first, with :func:`cell_labels`; empty for an NC one."""
+    if headline.get("pooled_classes") is None:
+        return []
+    ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
+    ranked.sort(key=lambda c: c["accuracy"])
+    return [(float(c["accuracy"]), cell_labels(headline, str(c.get("name", c.get("id"))))) for c in ranked]
 
 
 class StoreCollector(Collector):
@@ -105,6 +161,7 @@ class StoreCollector(Collector):
     def _models(self, s: Session) -> Iterator[Metric]:
         rows = stats.latest_decisions(s)
         exported = headline_gauges()
+        name_of = {key: name for key, name, _ in exported}
         gauges = {
             key: GaugeMetricFamily(
                 name,
@@ -129,6 +186,12 @@ class StoreCollector(Collector):
             "When the model's latest decision was made (Unix time).",
             labels=["project", "model"],
         )
+        cells = GaugeMetricFamily(
+            WORST_CELL,
+            f"NI/NIC logs: final accuracy of the model's {self.worst_classes} worst cells (a class on one "
+            "task's sample group; latest decision); rank 1 is the worst.",
+            labels=["project", "model", "rank", "cell", "class_name", "group"],
+        )
         seen = set()
         for model, v, headline, at, project in rows:
             if model in seen:  # two decisions in the same instant: keep one
@@ -138,22 +201,27 @@ class StoreCollector(Collector):
             plugin_values = headline.get("plugins") or {}
             for key, _, _ in exported:
                 value = headline.get(key) if key in REGISTRY else plugin_values.get(key)
-                if isinstance(value, (int, float)):
-                    labels = [project, model]
-                    if key == "class_regression":  # the class the alert names ("" if not recorded)
-                        labels.append(str(headline.get("class_regression_class") or ""))
-                    gauges[key].add_metric(labels, float(value))
-            ranked = [c for c in headline.get("worst_classes") or [] if c.get("accuracy") is not None]
-            ranked.sort(key=lambda c: c["accuracy"])
-            for rank, c in enumerate(ranked[: self.worst_classes], start=1):
-                worst.add_metric(
-                    [project, model, str(rank), str(c.get("name", c.get("id")))], float(c["accuracy"])
+                if not isinstance(value, (int, float)):
+                    continue
+                if key == "class_regression":  # the class the alert names ("" if not recorded)
+                    gauges[key].add_sample(
+                        name_of[key], regression_labels(project, model, headline), float(value)
+                    )
+                else:
+                    gauges[key].add_metric([project, model], float(value))
+            for rank, (accuracy, labels) in enumerate(worst_ranked(headline)[: self.worst_classes], 1):
+                worst.add_metric([project, model, str(rank), labels["class_name"]], accuracy)
+            for rank, (accuracy, labels) in enumerate(worst_cells(headline)[: self.worst_classes], 1):
+                cells.add_sample(
+                    WORST_CELL, {"project": project, "model": model, "rank": str(rank)} | labels, accuracy
                 )
             for name in VERDICTS:
                 verdict.add_metric([project, model, name], 1.0 if v == name else 0.0)
             stamp.add_metric([project, model], as_utc(at).timestamp())
         yield from gauges.values()
         yield worst
+        if cells.samples:  # only NI/NIC decisions have cells: an NC deployment's exposition is unchanged
+            yield cells
         yield verdict
         yield stamp
 

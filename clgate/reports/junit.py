@@ -34,6 +34,31 @@ def _build_properties(provenance: dict[str, Any]) -> list[tuple[str, str]]:
     return [(name, str(value)) for name, value in pairs if value]
 
 
+def cell_text(decision: Decision, evidence: dict[str, Any]) -> str | None:
+    """NI/NIC decisions: what the cell that ``evidence`` names (its ``class_name``, at the top or in its
+    ``detail``) is — its class and sample group — since the evidence's keys, a contract, say class; None
+    for an NC decision or evidence that names no cell.
+
+    >>> from clgate.schemas.decision import Headline, PooledClassResult
+    >>> p = PooledClassResult(id=0, name="cat", accuracy=0.65, cells=["cat @ day", "cat @ night"])
+    >>> class D: headline = Headline(pooled_classes=[p])
+    >>> cell_text(D(), {"detail": {"class": 2, "class_name": "cat @ night"}})
+    "cell 'cat @ night' = class 'cat' on sample group 'night' (the evidence's class_name names a cell)"
+    """
+    pooled = decision.headline.pooled_classes
+    detail = evidence.get("detail")
+    name = evidence.get("class_name") or (detail.get("class_name") if isinstance(detail, dict) else None)
+    if pooled is None or not isinstance(name, str):
+        return None
+    owner = next((p.name for p in pooled if name in p.cells), None)
+    if owner is None or not name.startswith(f"{owner} @ "):
+        return f"cell {name!r} (the evidence's class_name names a cell: a class on one task's sample group)"
+    group = name[len(owner) + 3 :]
+    return (
+        f"cell {name!r} = class {owner!r} on sample group {group!r} (the evidence's class_name names a cell)"
+    )
+
+
 def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_s: float = 0.0) -> str:
     """JUnit XML: one test case per rule. FAIL → ``<failure>``, ERROR → ``<error>``, WARN →
     ``<skipped message="WARN: …">`` (GitLab, Jenkins and GitHub test reporters show skipped, not green;
@@ -93,6 +118,9 @@ def render_junit(decision: Decision, *, timestamp: datetime | None = None, time_
             f"{r.message}\nvalue={fmt(r.value)} threshold={threshold_text(r)} margin={fmt(r.margin)} "
             f"severity={r.severity}\nevidence: {json.dumps(r.evidence, sort_keys=True, default=str)}"
         )
+        cell = cell_text(d, r.evidence)
+        if cell is not None:  # NI/NIC: wording only, the XML's elements and attributes stay the same
+            detail += f"\n{cell}"
         if r.status == "fail":
             el = ET.SubElement(case, "failure", message=r.message, type="FAIL")
             el.text = detail

@@ -242,3 +242,46 @@ def test_the_pdf_of_an_ni_report_prints_the_pooled_view(tmp_path, policy_of, req
     assert "Worst class pooled over its cells: class 'bolt' at 0.5000 (15 / 30 over 2 cells" in words
     assert "Per class, pooled over its cells (lowest first)" in words
     assert "bolt 0.5000 15 / 30 2 bolt @ night 0.4000" in words
+
+
+# ---------------------------------------------------------------------- junit.xml, fmeca.csv: contracts
+def _structure(xml: str) -> list[tuple[str, dict]]:
+    """Every element's tag and attributes, in document order: the JUnit contract (texts left out)."""
+    import xml.etree.ElementTree as ET
+
+    return [(el.tag, dict(el.attrib)) for el in ET.fromstring(xml.split("\n", 1)[1]).iter()]
+
+
+def test_junit_of_an_ni_decision_says_cell_in_its_wording_only(policy_of):
+    from clgate.reports import render_junit
+
+    decision = gate_logs([_ni()], policy_of(*RULES)).decision
+    as_nc = decision.model_copy(
+        update={"headline": decision.headline.model_copy(update={"pooled_classes": None})}
+    )
+    ni, nc = render_junit(decision, timestamp=WHEN), render_junit(as_nc, timestamp=WHEN)
+    assert _structure(ni) == _structure(nc)  # same elements, same attributes (messages included)
+    assert ni != nc and "cell 'cat @ night' = class 'cat' on sample group 'night'" in ni
+    assert "names a cell" not in nc
+
+
+def test_junit_of_an_nc_decision_is_byte_identical_to_before_the_ni_wording(forgetful_log, policy_of):
+    """golden/junit-nc.xml was rendered before junit.xml knew NI/NIC decisions."""
+    from clgate.reports import render_junit
+
+    rules = [{"metric": "acc", "floor": 0.8}, {"classes": "*", "at": "final", "floor": 0.5}]
+    policy = policy_of(*rules).model_copy(update={"name": "p"})
+    decision = gate_logs([forgetful_log(seed=3)], policy).decision
+    assert render_junit(decision, timestamp=WHEN) == (GOLDEN / "junit-nc.xml").read_text(encoding="utf-8")
+
+
+def test_fmeca_csv_keeps_its_columns_for_an_ni_decision(policy_of):
+    """The columns are a contract: an NI/NIC row's class_name holds the cell, its failure mode says which
+    class in which group."""
+    from clgate.reports.fmeca_csv import FMECA_COLUMNS, fmeca_csv
+
+    policy = policy_of(*RULES, fmeca={"default_severity": 6, "default_detection": 4})
+    rows = fmeca_csv(gate_logs([_ni()], policy).decision.fmeca).splitlines()
+    assert rows[0].split(",") == FMECA_COLUMNS
+    by_cell = {r.split(",")[2]: r.split(",")[4] for r in rows[1:]}
+    assert by_cell["cat @ night"] == "class cat misclassified in group night"

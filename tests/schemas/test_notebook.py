@@ -4,7 +4,9 @@ pandas data frames."""
 
 from __future__ import annotations
 
+from html import unescape
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,89 @@ def test_to_frame(result):
         result.metrics.runs[0].metrics["acc"]
     )
     assert metrics[(metrics.metric == "wamica")].task.isna().all()
+
+
+# ---------------------------------------------------------------------- NC unchanged, NI/NIC cells
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize(
+    ("name", "view"),
+    [
+        pytest.param("notebook-nc-decision.html", lambda r: r.decision._repr_html_(), id="decision"),
+        pytest.param("notebook-nc-gate.html", lambda r: r._repr_html_(), id="gate-result"),
+        pytest.param("notebook-nc-metrics.html", lambda r: r.metrics._repr_html_(), id="metrics"),
+    ],
+)
+def test_nc_views_are_byte_for_byte_as_before(result, name, view):
+    """Written by the notebook view before it knew NI/NIC logs: an NC log's HTML has not moved."""
+    assert view(result) + "\n" == (GOLDEN / name).read_text(encoding="utf-8")
+    assert "cell" not in view(result).replace("clgate-cell", "")
+
+
+@pytest.fixture(scope="module")
+def ni_result():
+    from tests.reports.test_ni_reports import _ni
+
+    policy = parse_policy({"name": "nb", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    return gate_logs([_ni()], policy)  # cat 7/10 by day, 6/10 by night; dog 8/10, 9/10
+
+
+def test_ni_decision_names_cells_and_the_worst_pooled_class(ni_result):
+    for page in (Elements(ni_result.decision._repr_html_()), Elements(ni_result._repr_html_())):
+        w = ni_result.decision.headline.worst_moment
+        assert page.text["clgate-worst-moment"].startswith(
+            f"Worst cell at its worst moment: {w.class_name} (cell "
+        )
+        assert w.class_name in {"cat @ day", "cat @ night", "dog @ day", "dog @ night"}  # a cell's name
+        assert page.text["clgate-worst-pooled"] == (
+            "Worst class pooled over its cells: cat at 65.0 % (13 / 20 over 2 cells; "
+            "its worst cell cat @ night at 60.0 %)"
+        )
+    alone = ni_result.decision._repr_html_()
+    assert (
+        "classes pooled over their cells: final accuracy" in alone and "worst cells: final accuracy" in alone
+    )
+    assert "worst classes" not in alone and "Worst class at its worst moment" not in alone
+
+
+def test_ni_metrics_show_cells_and_pooled_classes(ni_result):
+    for metrics in (ni_result.metrics, ni_result.metrics.runs[0]):
+        html = metrics._repr_html_()
+        page = Elements(html)
+        c = min(
+            (c for c in ni_result.metrics.runs[0].classes if c.min_after_learned is not None),
+            key=lambda c: c.min_after_learned,
+        )
+        assert " @ " in c.name and page.text["clgate-worst-moment"].startswith(
+            f"Worst cell at its worst moment: {c.name} (cell {c.id}, task {c.task}) at "
+        )
+        assert page.text["clgate-worst-pooled"].startswith("Worst class pooled over its cells: cat at 65.0 %")
+        assert "cells (a class on one task's sample group)" in unescape(html)
+        assert "classes pooled over their cells" in html and "<caption>classes</caption>" not in html
+        styles = dict((t, s) for s, t in page.cells)
+        assert styles["65.0 %"].endswith(f"background:{heat_colour(0.65)}")  # cat, pooled
+        assert styles["85.0 %"].endswith(f"background:{heat_colour(0.85)}")  # dog, pooled
+
+
+def test_nic_worst_pooled_class_counts_samples_not_cells():
+    from tests.reports.test_ni_reports import _nic
+
+    policy = parse_policy({"name": "nb", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    result = gate_logs([_nic()], policy)
+    pooled = result.decision.headline.pooled_classes[0]
+    page = Elements(result.decision._repr_html_())
+    counts = f"{pooled.correct} / {pooled.total} over {len(pooled.cells)} cells"
+    assert f"class pooled over its cells: {pooled.name} at" in page.text["clgate-worst-pooled"]
+    assert counts in page.text["clgate-worst-pooled"]
+
+
+def test_ni_decision_of_several_runs_sums_the_counts():
+    from tests.reports.test_ni_reports import _ni
+
+    policy = parse_policy({"name": "nb", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    result = gate_logs([_ni(seed=0), _ni(seed=1, cat_by_day=9)], policy)  # cat 13/20, then 15/20
+    page = Elements(result.decision._repr_html_())
+    assert page.text["clgate-worst-pooled"].startswith(
+        "Worst class pooled over its cells: cat at 70.0 % (28 / 40 (2 runs) over 2 cells"
+    )

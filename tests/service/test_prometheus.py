@@ -190,6 +190,7 @@ def test_collector_survives_a_broker_outage(sessions):
 REQUIRED_ALERTS = {
     "ClgateWorstClassRegression",
     "ClgateMicaBelowFloor",
+    "ClgatePooledClassBelowFloor",
     "ClgateGateFailures",
     "ClgateJobsStuck",
     "ClgateNoWorkerConsuming",
@@ -216,10 +217,16 @@ def test_rules_have_severity_summary_description_runbook():
 
 def test_quality_alerts_survive_gaps_and_name_what_they_are_about():
     alerts = _alerts()
-    for name in ("ClgateWorstClassRegression", "ClgateMicaBelowFloor", "ClgateGateFailures"):
+    for name in (
+        "ClgateWorstClassRegression",
+        "ClgateMicaBelowFloor",
+        "ClgatePooledClassBelowFloor",
+        "ClgateGateFailures",
+    ):
         assert alerts[name].get("keep_firing_for"), name
     regression = alerts["ClgateWorstClassRegression"]
     assert "class_name" in regression["expr"] and "$labels.class_name" in regression["annotations"]["summary"]
+    assert "cell" in regression["expr"] and "$labels.cell" in regression["annotations"]["summary"]  # NI/NIC
     assert "on (instance, queue)" in alerts["ClgateNoWorkerConsuming"]["expr"]
     assert 'absent(up{job="clgate-api"} == 1)' in alerts["ClgateApiAbsent"]["expr"]
 
@@ -240,6 +247,7 @@ def test_rules_use_only_exported_metrics():
 
     exported = {name for _, name, _ in HEADLINE} | {
         "clgate_model_worst_class_accuracy_ratio",
+        "clgate_model_worst_cell_accuracy_ratio",
         "clgate_model_verdict",
         "clgate_model_last_decision_timestamp_seconds",
         "clgate_decisions_total",
@@ -361,6 +369,7 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         admin.close()
         sessions = make_sessionmaker(make_engine(Settings(data_dir=data_dir).resolved_database_url()))
         _seed(sessions)  # decisions for models alpha and beta, jobs, heartbeats
+        _seed_ni(sessions, _ni_decision_headline(cat_by_day=0))  # an NI model: cat pooled 9/20, cell 0/10
 
         # the replicas: per-process series only, never the deployment's
         text = httpx.get(f"http://{apis[1]}/metrics", headers={"Authorization": f"Bearer {viewer}"}).text
@@ -427,7 +436,7 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         assert {s["metric"]["instance"] for s in _query(prom, 'up{job="clgate-api"}')} == set(apis)
         assert len(_query(prom, "clgate_api_info")) == 2  # one per replica
         for expr, n in (
-            ("clgate_model_mica_ratio", 2),  # alpha and beta, once each
+            ("clgate_model_mica_ratio", 3),  # alpha, beta and ni, once each
             ('clgate_model_class_regression_ratio{class_name="dog"}', 1),
             ("clgate_decisions_total", 4),  # one per verdict
             ("clgate_queue_length", 2),  # gpu and cpu
@@ -439,6 +448,23 @@ def test_prometheus_scraping_two_api_replicas_sees_each_quality_series_once(
         # sums are right: not doubled by the replicas
         assert _query(prom, 'sum(clgate_jobs{queue="gpu"})')[0]["value"][1] == "4"
         assert _query(prom, 'sum(clgate_model_mica_ratio{model="alpha"})')[0]["value"][1] == "0.1"
+        # the NI model: its cells are their own series, its regression names the cell, and the pooled
+        # class below the floor makes the NI alert pending (its `for` is longer than this test)
+        cells = _query(prom, 'clgate_model_worst_cell_accuracy_ratio{model="ni", rank="1"}')
+        assert [(c["metric"]["cell"], c["metric"]["class_name"], c["metric"]["group"]) for c in cells] == [
+            ("cat @ day", "cat", "day")
+        ]
+        regression = _query(prom, 'clgate_model_class_regression_ratio{model="ni"}')
+        assert [(r["metric"]["class_name"], r["metric"]["cell"]) for r in regression] == [
+            ("cat", "cat @ day")
+        ]
+
+        def pending() -> list[dict]:
+            alerts = httpx.get(f"{prom}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+            return [a["labels"] for a in alerts if a["labels"]["alertname"] == "ClgatePooledClassBelowFloor"]
+
+        _wait(lambda: bool(pending()), 30, "the pooled-class alert", procs[-1].popen, procs[-1].log)
+        assert [(a["model"], a["class_name"]) for a in pending()] == [("ni", "cat")]  # alpha, beta are NC
     finally:
         for p in reversed(procs):
             p.stop()
@@ -461,3 +487,88 @@ def test_exporter_needs_celery_mode_and_a_valid_port(tmp_path, monkeypatch):
     monkeypatch.setenv("CLGATE_BROKER_URL", "redis://127.0.0.1:1/0")
     res = CliRunner().invoke(app, ["exporter", "--port", "70000"])
     assert res.exit_code == 2 and "--port" in res.output
+
+
+# ---------------------------------------------------------------------- NI/NIC decisions
+def _ni_decision_headline(cat_by_day: int = 3) -> dict:
+    """The headline of a real NI decision (docs/metrics.md's cats and dogs by day, then by night), the
+    candidate's cat-by-day cell fallen from 9/10 to ``cat_by_day``/10 against a baseline that kept it."""
+    from clgate.gate import gate_logs
+    from clgate.policy import parse_policy
+    from clgate.schemas import EvaluationLog
+
+    def log(cat_by_day: int) -> EvaluationLog:
+        def end(task: int, correct: list[int], total: list[int]) -> dict:
+            return {
+                "iteration": 100 * task,
+                "task": task,
+                "task_end": True,
+                "correct": correct,
+                "total": total,
+            }
+
+        return EvaluationLog.parse(
+            {
+                "scenario": "ni",
+                "class_of": [0, 1, 0, 1],
+                "class_names": ["cat", "dog"],
+                "groups": ["day", "night"],
+                "tasks": [[0, 1], [2, 3]],
+                "points": [end(1, [9, 8, 0, 0], [10, 10, 0, 0]), end(2, [cat_by_day, 8, 9, 7], [10] * 4)],
+            }
+        )
+
+    policy = parse_policy({"name": "ni", "version": "1", "rules": [{"metric": "mica", "floor": 0.5}]})
+    decision = gate_logs([log(cat_by_day)], policy, baseline=log(9)).decision
+    return decision.headline.model_dump(mode="json")
+
+
+def _seed_ni(sessions, headline: dict) -> None:
+    """A finished metrics job of model ``ni`` and its FAIL decision with ``headline``."""
+    with session_scope(sessions) as s:
+        p = Policy(name="ni", version="1", document={}, sha256="0" * 64)
+        s.add(p)
+        s.flush()
+        job = Job(
+            mode="metrics", queue="cpu", model_name="ni", policy_id=p.id, state="succeeded", progress={}
+        )
+        s.add(job)
+        s.flush()
+        s.add(
+            Decision(
+                job_id=job.id, policy_id=p.id, model_name="ni", verdict="FAIL", headline=headline, document={}
+            )
+        )
+
+
+def test_ni_decision_names_cells_and_exports_the_pooled_worst_class(sessions):
+    headline = _ni_decision_headline()
+    assert (
+        headline["class_regression_class"] == "cat @ day" and headline["pooled_classes"][0]["name"] == "cat"
+    )
+    _seed_ni(sessions, headline)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions, queue_lengths=lambda: {}, worst_classes=3))
+    v = registry.get_sample_value
+    model = {"project": "default", "model": "ni"}
+    # the worst-class gauge ranks real classes, pooled over their cells: cat 12/20, dog 15/20
+    assert v("clgate_model_worst_class_accuracy_ratio", model | {"rank": "1", "class_name": "cat"}) == 0.6
+    assert v("clgate_model_worst_class_accuracy_ratio", model | {"rank": "2", "class_name": "dog"}) == 0.75
+    # the cells are their own series, each named with its class and its group
+    cell = model | {"rank": "1", "cell": "cat @ day", "class_name": "cat", "group": "day"}
+    assert v("clgate_model_worst_cell_accuracy_ratio", cell) == pytest.approx(0.3)
+    night = model | {"rank": "2", "cell": "dog @ night", "class_name": "dog", "group": "night"}
+    assert v("clgate_model_worst_cell_accuracy_ratio", night) == pytest.approx(0.7)
+    # the regression names the class whose cell dropped, and the cell
+    regression = model | {"class_name": "cat", "cell": "cat @ day"}
+    assert v("clgate_model_class_regression_ratio", regression) == pytest.approx(0.6)
+    text = generate_latest(registry).decode()
+    assert 'class_name="cat @ day"' not in text  # no label says class where it holds a cell
+
+
+def test_nc_exposition_has_no_cell_series(sessions):
+    _seed(sessions)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions, queue_lengths=lambda: {}, worst_classes=3))
+    text = generate_latest(registry).decode()
+    assert "clgate_model_worst_cell_accuracy_ratio" not in text and "cell=" not in text
