@@ -68,10 +68,13 @@ class DigitsShift(_Strict):
     type: Literal["rotation", "brightness"]
     groups: Annotated[int, Field(ge=2, le=12)] = 3
     step: Annotated[float, Field(gt=0)] | None = None
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0)] = 0  # numpy's generators take no negative seed
 
     @model_validator(mode="after")
     def _check(self) -> DigitsShift:
+        # a turn at most: beyond it nothing new, and g · step overflows to inf (NaN images) near 1e308
+        if self.type == "rotation" and self.step is not None and self.step > 360:
+            raise ValueError(f"step: at most 360 degrees (a whole turn) for rotation, got {self.step:g}")
         if self.type == "brightness" and self.step is not None and (self.groups - 1) * self.step >= 1:
             raise ValueError(
                 f"step: {self.groups - 1} brightness steps of {self.step} leave no light in the last group "
@@ -88,7 +91,7 @@ class DigitsData(_Strict):
 
     kind: Literal["digits"] = "digits"
     test_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
-    split_seed: int = 0
+    split_seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0  # what scikit-learn's split takes
     shift: DigitsShift | None = None
 
 
@@ -146,6 +149,25 @@ DataSpec = Annotated[DigitsData | NpzData | ImageFolderData | SyntheticData, Fie
 
 
 # ---------------------------------------------------------------------- scenario
+def group_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a sample group (``None`` when it can). The rule is one for the spec's
+    ``groups``/``samples`` and the data's groups (an NPZ's group arrays, an image folder's group folders):
+    a name the data gives must be one the spec can write, and cells are named ``<class> @ <group>`` in
+    logs and reports, where control characters would forge or break lines.
+
+    >>> group_name_problem("night"), group_name_problem("rot30")
+    (None, None)
+    >>> group_name_problem("a@b")
+    "'a@b' is not a group name (1 to 64 characters, no '@', which separates class and group in a cell's name, no surrounding spaces, no control characters)"
+    """  # noqa: E501 - the doctest output line is the exact message
+    if 0 < len(name) <= 64 and "@" not in name and name == name.strip() and name.isprintable():
+        return None
+    return (
+        f"{name[:70]!r} is not a group name (1 to 64 characters, no '@', which separates class and group "
+        "in a cell's name, no surrounding spaces, no control characters)"
+    )
+
+
 class GroupSamples(_Strict):
     """One sample group given by hand: the positions of its samples in the training and test sets."""
 
@@ -182,6 +204,17 @@ class ScenarioSpec(_Strict):
         None, description="ni/nic: sample groups given by hand (instead of the data's)"
     )
 
+    @field_validator("groups", "samples", mode="before")
+    @classmethod
+    def _integer_names(cls, value: Any) -> Any:
+        """An NPZ's integer group ids are the groups ``"0"``, ``"1"`` …: written as numbers (YAML's
+        ``groups: [2, 0]``) they name those groups, instead of failing as "not a string"."""
+        if isinstance(value, list):
+            return [str(v) if type(v) is int else v for v in value]  # not bool: YAML's on/off stay errors
+        if isinstance(value, dict):
+            return {str(k) if type(k) is int else k: v for k, v in value.items()}
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> ScenarioSpec:
         if self.type != "nc":
@@ -210,12 +243,15 @@ class ScenarioSpec(_Strict):
     def _check_groups(self) -> ScenarioSpec:
         kind = self.type
         for field_name in ("groups", "samples"):
-            for name in getattr(self, field_name) or []:
-                if not (0 < len(name) <= 64) or "@" in name or name != name.strip():
-                    raise ValueError(
-                        f"{field_name}: {name[:70]!r} is not a group name (1 to 64 characters, no '@', which "
-                        "separates class and group in a cell's name, no surrounding spaces)"
-                    )
+            names = getattr(self, field_name)
+            if names is not None and not names:
+                raise ValueError(
+                    f"{field_name}: at least one group (a {kind} scenario's tasks are its groups)"
+                )
+            for name in names or []:
+                problem = group_name_problem(name)
+                if problem:
+                    raise ValueError(f"{field_name}: {problem}")
         for name in ("tasks", "class_order", "shuffle_seed"):
             if getattr(self, name) is not None:
                 raise ValueError(f"{name}: only for type nc; a {kind} scenario's tasks are its groups")
@@ -239,17 +275,21 @@ class ScenarioSpec(_Strict):
             raise ValueError("nic needs groups (the group of each task) and classes (what it brings)")
         if len(self.classes) != len(self.groups):
             raise ValueError(f"classes: {len(self.classes)} lists for {len(self.groups)} groups (one each)")
+        # (group, class) → the task that brought it: one pass, as an API body holds ~1e5 tasks
+        brought: dict[tuple[str, int], int] = {}
         for k, (group, classes) in enumerate(zip(self.groups, self.classes, strict=True)):
             if not classes:
                 raise ValueError(f"classes[{k}]: a task brings at least one class")
             if len(set(classes)) != len(classes):
                 raise ValueError(f"classes[{k}]: a class appears more than once")
-            for j in range(k):
-                again = sorted(set(classes) & set(self.classes[j])) if self.groups[j] == group else []
-                if again:
-                    raise ValueError(
-                        f"classes[{k}]: group {group!r} already brought class(es) {again} in task {j + 1}"
-                    )
+            again = [c for c in classes if (group, c) in brought]
+            if again:
+                j = min(brought[group, c] for c in again)
+                again = sorted(c for c in again if brought[group, c] == j)
+                raise ValueError(
+                    f"classes[{k}]: group {group!r} already brought class(es) {again} in task {j + 1}"
+                )
+            brought.update({(group, c): k for c in classes})
 
 
 # ---------------------------------------------------------------------- model

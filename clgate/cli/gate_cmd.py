@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from clgate.metrics.arrays import LogArrays
     from clgate.policy import Policy
     from clgate.schemas.decision import Decision
+    from clgate.schemas.job import JobSpec
 
 DEMO_POLICY = "examples/policies/digits-release.yaml"
 DEMO_JOBS = {"finetune": "examples/jobs/digits-finetune.yaml", "er": "examples/jobs/digits-er.yaml"}
@@ -203,7 +204,6 @@ def _environment() -> dict[str, Any]:
 def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     require_extra("engine", "clgate gate --job")
     # lazy: CLI — `clgate --help` loads no command's dependencies
-    from clgate.cli.engine_cmd import run_engine_job
     from clgate.documents import load_job, parse_overrides
     from clgate.schemas.job import JobSpecError
 
@@ -216,7 +216,24 @@ def _run_job(job: Path, out: Path, overrides: list[str]) -> list[Path]:
     except ValueError as exc:
         _fail(f"{job}: {exc}")
     typer.echo(f"running job {job} …", err=True)
-    return run_engine_job(spec, out / "logs", base_dir=job.parent.resolve())
+    return _run_within_limits(spec, out / "logs", job.parent.resolve())
+
+
+def _run_within_limits(spec: JobSpec, out: Path, base_dir: Path) -> list[Path]:
+    """``clgate run``'s handling of a job: the data held to the ``CLGATE_MAX_*`` limits (as the service
+    holds an uploaded job), and a job its data refuses named with exit 2, not reported as a bug."""
+    # lazy: torch — CLI: `clgate --help` loads no command's dependencies
+    from clgate.cli.engine_cmd import run_engine_job
+    from clgate.engine import EngineInputError
+    from clgate.engine.data import DataLimits, data_limits
+
+    try:
+        with data_limits(DataLimits.from_env()):  # a bad CLGATE_MAX_* value is an input error too
+            return run_engine_job(spec, out, base_dir=base_dir)
+    except EngineInputError as exc:
+        _fail(str(exc))
+    except OSError as exc:  # an unreadable input or an unwritable --out folder
+        _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
 
 
 # The options that name the build a verdict certifies, and a first release without a baseline.

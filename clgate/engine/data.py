@@ -35,6 +35,7 @@ from clgate.engine.samples import DECODE_ERRORS, ImageFiles
 # model_input lives with the batches it converts (samples, which data imports, never the other way);
 # re-exported here, where callers have always found it.
 from clgate.engine.samples import model_input as model_input
+from clgate.schemas.job import group_name_problem
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm"}
 
@@ -394,10 +395,7 @@ def shift_digits(
         return x
 
     group_train, group_test = deal(ds.y_train), deal(ds.y_test)
-    names = [
-        f"rot{g * step:g}" if type == "rotation" else f"bright{round(100 * (1 - g * step))}"
-        for g in range(groups)
-    ]
+    names = [f"rot{g * step:g}" for g in range(groups)] if type == "rotation" else _bright_names(groups, step)
     ds.x_train, ds.x_test = (
         shifted(np.asarray(ds.x_train), group_train),
         shifted(np.asarray(ds.x_test), group_test),
@@ -405,6 +403,23 @@ def shift_digits(
     ds.group_train, ds.group_test, ds.group_names = group_train, group_test, names
     ds.meta = {**ds.meta, "shift": {"type": type, "groups": groups, "step": step, "seed": seed}}
     return ds
+
+
+def _bright_names(groups: int, step: float) -> list[str]:
+    """``bright100``, ``bright75`` …: each group's brightness in percent, whole percents when they tell the
+    groups apart, else as many decimals as they need (``bright99.9``): a scenario finds its tasks' groups
+    by name, and two groups of one name would be one group.
+
+    >>> _bright_names(3, 0.25), _bright_names(3, 0.001)
+    (['bright100', 'bright75', 'bright50'], ['bright100', 'bright99.9', 'bright99.8'])
+    """
+    for decimals in range(13):
+        names = [f"bright{100 * (1 - g * step):.{decimals}f}" for g in range(groups)]
+        if decimals:
+            names = [n.rstrip("0").rstrip(".") for n in names]
+        if len(set(names)) == groups:
+            return names
+    raise DataError(f"data.shift.step: {step:g} is too small to tell the groups' brightness apart")
 
 
 def _rotated(images: np.ndarray, degrees: float) -> np.ndarray:
@@ -421,7 +436,9 @@ def group_ids(
     train: np.ndarray, test: np.ndarray, source: str, name: str
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Sample-group labels (integers or strings, 1-D) → ids ``0 … G-1`` and the group names (sorted:
-    numerically for integers, as text otherwise); :class:`DataError` naming the array otherwise."""
+    numerically for integers, as text otherwise); :class:`DataError` naming the array otherwise. Byte
+    strings are names as text (UTF-8), and every name is one the spec could write
+    (:func:`~clgate.schemas.job.group_name_problem`)."""
     for split, a in (("train", train), ("test", test)):
         if a.ndim != 1 or a.dtype.kind not in "iuUS":
             raise DataError(
@@ -431,7 +448,17 @@ def group_ids(
     if (train.dtype.kind in "iu") != (test.dtype.kind in "iu"):
         raise DataError(f"{source}: {name}_train and {name}_test must both be integers or both strings")
     values, inverse = np.unique(np.concatenate([train, test]), return_inverse=True)
-    names = [str(v) for v in values.tolist()]
+    try:
+        names = [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.tolist()]
+    except UnicodeDecodeError:
+        raise DataError(
+            f"{source}: {name}_train/{name}_test: byte-string group names must be UTF-8"
+        ) from None
+    for g, group in enumerate(names):
+        problem = group_name_problem(group)
+        if problem:
+            split = "train" if (inverse[: len(train)] == g).any() else "test"
+            raise DataError(f"{source}: {name}_{split}: {problem}")
     return inverse[: len(train)].astype(np.int64), inverse[len(train) :].astype(np.int64), names
 
 
@@ -517,7 +544,9 @@ def check_image_folder_limits(
 ) -> list[str]:
     """Why an image folder is too large to load (``[]`` when it is not), from file counts and image headers
     only: more than ``max_samples`` images, decoded arrays over ``max_bytes``, or one image whose header
-    declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded).
+    declares more pixels than Pillow's decompression-bomb limit (refused before it is decoded). The files
+    of either layout are counted — ``<split>/<class>/*`` and a grouped folder's ``<split>/<group>/<class>/*``
+    — so a stray file at the other depth counts too: the safe side.
     """
     root = Path(path)
     problems: list[str] = []
@@ -525,7 +554,8 @@ def check_image_folder_limits(
         f
         for split in ("train", "test")
         if (root / split).is_dir()
-        for f in (root / split).glob("*/*")
+        for pattern in ("*/*", "*/*/*")
+        for f in (root / split).glob(pattern)
         if f.is_file() and not f.name.startswith(".")
     ]
     if len(files) > max_samples:
@@ -604,15 +634,15 @@ def load_npz(path: str | Path, *, layout: str = "channels_first", groups: str = 
     )
     if arrays["x_train"].ndim == 4:
         ds.meta = {**ds.meta, "layout": layout}
-    if raw_groups is not None:
-        for split, a in zip(("train", "test"), raw_groups, strict=True):
-            if len(a) != len(ds.y_train if split == "train" else ds.y_test):
-                raise DataError(
-                    f"{source}: {groups}_{split} has {len(a)} entries for the {split} set's samples"
-                )
+    if raw_groups is not None:  # their shape and names first: a 0-d array has no length to compare
         ds.group_train, ds.group_test, ds.group_names = group_ids(
             raw_groups[0], raw_groups[1], source, groups
         )
+        for split, a, y in (("train", ds.group_train, ds.y_train), ("test", ds.group_test, ds.y_test)):
+            if len(a) != len(y):
+                raise DataError(
+                    f"{source}: {groups}_{split} has {len(a)} entries for the {split} set's {len(y)} samples"
+                )
     return ds
 
 
@@ -708,18 +738,38 @@ def load_image_folder(
     return ds
 
 
-def _load_grouped_image_folder(root: Path, *, size: tuple[int, int], color: str) -> Dataset:
-    """``train/<group>/<class>/*`` and ``test/<group>/<class>/*``: classes are the class folder names of
-    every group (sorted), groups the group folder names (sorted); a group need not hold every class."""
+def _grouped_layout(root: Path) -> tuple[list[str], list[str]]:
+    """The group folder names and class folder names of a grouped image folder (both sorted), checked:
+    every group of ``test/`` is in ``train/`` (else its held-out images would be silently left out), every
+    name can be a group's, and every group folder holds class folders (a flat folder read as grouped)."""
+    layout = "expected {split}/<group>/<class>/<image files>"
     for split in ("train", "test"):
         if not (root / split).is_dir():
-            raise DataError(
-                f"{root}: missing folder {split}/ (expected {split}/<group>/<class>/<image files>)"
-            )
+            raise DataError(f"{root}: missing folder {split}/ ({layout.format(split=split)})")
     groups = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if not groups:
-        raise DataError(f"{root / 'train'}: no group folders (expected train/<group>/<class>/<image files>)")
+        raise DataError(f"{root / 'train'}: no group folders ({layout.format(split='train')})")
+    test_only = sorted({p.name for p in (root / "test").iterdir() if p.is_dir()} - set(groups))
+    if test_only:
+        raise DataError(f"{root}: group(s) {', '.join(test_only)} are in test/ but not in train/")
+    for group in groups:
+        problem = group_name_problem(group)
+        if problem:
+            raise DataError(f"{root / 'train'}: group folder {problem}")
+        if not any(c.is_dir() for c in (root / "train" / group).iterdir()):
+            raise DataError(
+                f"{root / 'train' / group}: no class folders ({layout.format(split='train')}; "
+                "for train/<class>/<image files> set data.grouped: false)"
+            )
     classes = sorted({c.name for g in groups for c in (root / "train" / g).iterdir() if c.is_dir()})
+    return groups, classes
+
+
+def _load_grouped_image_folder(root: Path, *, size: tuple[int, int], color: str) -> Dataset:
+    """``train/<group>/<class>/*`` and ``test/<group>/<class>/*``: classes are the class folder names of
+    every group (sorted), groups the group folder names (sorted); a group need not hold every class, but
+    a class folder it has holds images (an empty one is a layout one level off)."""
+    groups, classes = _grouped_layout(root)
     label = {name: i for i, name in enumerate(classes)}
     out: dict[str, Any] = {}
     for split in ("train", "test"):
@@ -734,6 +784,11 @@ def _load_grouped_image_folder(root: Path, *, size: tuple[int, int], color: str)
                 if class_dir.name not in label:
                     raise DataError(f"{class_dir}: class {class_dir.name!r} is in no train/<group>/ folder")
                 files = sorted(p for p in class_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+                if not files:
+                    raise DataError(
+                        f"{class_dir}: no image files (expected {split}/<group>/<class>/<image files>; "
+                        "leave out the folder of a class the group does not hold)"
+                    )
                 for f in files:
                     _check_image_header(f)
                 paths.extend(files)

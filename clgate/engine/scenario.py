@@ -131,13 +131,15 @@ def scenario_from_spec(scenario: Any, data: Any) -> Scenario:
     if scenario.type == "ni" and scenario.n_tasks is not None and scenario.n_tasks != len(order):
         raise EngineInputError(
             f"scenario.n_tasks: {scenario.n_tasks} tasks but the data has {len(order)} sample groups "
-            f"({', '.join(order)}); name the groups to use in scenario.groups"
+            f"({_listed(order)}); name the groups to use in scenario.groups"
         )
     index = {name: g for g, name in enumerate(names)}
+    if len(index) != len(names):  # two groups of one name would silently become one (the last)
+        raise EngineInputError(f"data: two sample groups have the same name ({_listed(names)})")
     unknown = [g for g in order if g not in index]
     if unknown:
         raise EngineInputError(
-            f"scenario.groups: no sample group {unknown[0]!r} in the data (its groups: {', '.join(names)})"
+            f"scenario.groups: no sample group {unknown[0]!r} in the data (its groups: {_listed(names)})"
         )
     if scenario.type == "ni":
         task_classes = [list(range(data.n_classes)) for _ in order]
@@ -145,6 +147,16 @@ def scenario_from_spec(scenario: Any, data: Any) -> Scenario:
         task_classes = [list(map(int, c)) for c in scenario.classes]
         check_cover([c for t in task_classes for c in t], data.n_classes, "scenario.classes", once=False)
     return _cells(scenario.type, order, task_classes, index, group_train, group_test, data)
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """``names`` for a message, the first ``most`` of them when there are more (data may hold thousands).
+
+    >>> _listed(["a", "b"]), _listed([str(g) for g in range(100)], most=3)
+    ('a, b', '0, 1, 2, … (100 in all)')
+    """
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown}, … ({len(names)} in all)"
 
 
 def _cells(
@@ -200,12 +212,13 @@ def _groups_of(scenario: Any, data: Any) -> tuple[np.ndarray, np.ndarray, list[s
     out = {split: np.full(n, -1, dtype=np.int64) for split, n in splits.items()}
     for g, name in enumerate(names):
         for split, n in splits.items():
-            rows = np.asarray(getattr(scenario.samples[name], split), dtype=np.int64)
+            listed = getattr(scenario.samples[name], split)
             where = f"scenario.samples.{name}.{split}"
-            if len(rows) and rows.max() >= n:
+            if listed and max(listed) >= n:  # checked as Python ints: 10**20 would overflow an int64
                 raise EngineInputError(
-                    f"{where}: position {int(rows.max())} beyond the {split} set's {n} samples"
+                    f"{where}: position {max(listed)} beyond the {split} set's {n} samples"
                 )
+            rows = np.asarray(listed, dtype=np.int64)
             taken = rows[out[split][rows] >= 0]
             if len(taken):
                 other = names[int(out[split][taken[0]])]
