@@ -31,11 +31,15 @@ Rules a plug-in cannot break:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import math
 import os
 import re
+import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -55,11 +59,43 @@ PLUGIN_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 PLUGIN_NEEDS = frozenset({"counts", "resources", "baseline"})
 FAILED = "plug-in failed"
 """How the reason of a null starts when the plug-in that computes it failed (``clgate metrics`` warns)."""
+EVIDENCE_DEPTH = 32
+"""How deeply a plug-in's evidence may nest (the built-ins' nests 3 deep; deeper breaks serialization)."""
 
 
 def plugins_enabled() -> bool:
     """False when ``CLGATE_PLUGINS`` is ``off`` (or ``0``, ``false``, ``no``)."""
     return os.environ.get(PLUGINS_ENV, "").strip().lower() not in ("off", "0", "false", "no")
+
+
+class PluginAborted(Exception):
+    """A plug-in raised a ``BaseException`` that is not an ``Exception`` (``sys.exit`` …): its failure."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+
+
+def raised(exc: Exception) -> str:
+    """``TypeName: message`` of what a plug-in raised (an aborted plug-in's own exception's name)."""
+    return str(exc) if isinstance(exc, PluginAborted) else f"{type(exc).__name__}: {exc}"
+
+
+_STDOUT = threading.RLock()
+
+
+@contextlib.contextmanager
+def plugin_code() -> Iterator[None]:
+    """Around every call into a plug-in (import, compute, judge): what it prints goes to stderr (stdout
+    carries ``--json`` documents), and a ``SystemExit`` or other ``BaseException`` becomes
+    :class:`PluginAborted` — ``sys.exit(0)`` in a plug-in must not end a gate that fails with status 0.
+    ``KeyboardInterrupt`` is the operator's and goes through. The lock: ``sys.stdout`` is global."""
+    with _STDOUT, contextlib.redirect_stdout(sys.stderr):
+        try:
+            yield
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as exc:
+            raise PluginAborted(exc) from exc
 
 
 # ---------------------------------------------------------------------------------------------- origin
@@ -97,19 +133,26 @@ def discover(group: str) -> Iterator[tuple[PluginOrigin, Any, str | None]]:
             continue
         seen.add(key)
         try:
-            obj = ep.load()
+            with plugin_code():
+                obj = ep.load()
         except Exception as exc:  # a plug-in's import error is its own, named, never ours
-            yield origin, None, f"cannot be loaded: {type(exc).__name__}: {exc}"
+            yield origin, None, f"cannot be loaded: {raised(exc)}"
             continue
         yield origin, obj, None
 
 
 # ---------------------------------------------------------------------------------------------- the API
 def _frozen(x: np.ndarray | None) -> Any:
-    """A read-only view (no copy: a long log's arrays are hundreds of megabytes); writing raises."""
+    """A read-only view (no copy: a long log's arrays are hundreds of megabytes); writing raises. Through a
+    read-only buffer, so that ``setflags(write=True)`` (the usual answer to the error) raises too: a view
+    of the writable array could be made writable, and the class statistics computed after the plug-ins
+    read these arrays. A dtype no buffer can carry (datetimes) is copied."""
     if x is None:
         return None
-    y = np.asarray(x).view()
+    try:
+        y = np.asarray(np.asarray(x).data.toreadonly())
+    except (TypeError, ValueError):
+        y = np.array(x)
     y.setflags(write=False)
     return y
 
@@ -208,11 +251,23 @@ class MetricInputs:
 
 def _copy(x: Any) -> Any:
     """A deep copy of plain JSON-like data (dicts, lists, scalars)."""
-    if isinstance(x, dict):
+    if isinstance(x, Mapping):
         return {k: _copy(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [_copy(v) for v in x]
     return x
+
+
+def _own(inputs: MetricInputs) -> MetricInputs:
+    """``inputs`` with its own copies of ``meta`` and ``builtins`` (the arrays stay shared read-only
+    views): the inputs are built once per log, and what one plug-in writes into a nested list or dict
+    there no other plug-in may see."""
+    return dataclasses.replace(
+        inputs,
+        meta=MappingProxyType(_copy(inputs.meta)),
+        builtins=MappingProxyType(_copy(inputs.builtins)),
+        baseline=None if inputs.baseline is None else _own(inputs.baseline),
+    )
 
 
 @dataclass(frozen=True)
@@ -249,21 +304,35 @@ def check_plugin(plugin: Any, origin: PluginOrigin) -> str | None:
         problems.append(f"declares id {plugin.id!r} but its entry point is named {origin.name!r}")
     if plugin.shape not in ("per_task", "scalar"):
         problems.append(f"shape: must be 'per_task' or 'scalar', got {plugin.shape!r}")
-    try:
-        lo, hi = (float(v) for v in plugin.range)
-        ok_range = not (math.isnan(lo) or math.isnan(hi)) and lo < hi
-    except (TypeError, ValueError):
-        ok_range = False
-    if not ok_range:
+    if not _range_ok(plugin.range):
         problems.append(f"range: must be two numbers (low, high) with low < high, got {plugin.range!r}")
     if not isinstance(plugin.higher_is_better, bool):
         problems.append("higher_is_better: must be True or False")
-    unknown = set(plugin.needs) - PLUGIN_NEEDS
-    if unknown:
-        problems.append(f"needs: unknown {sorted(unknown)} (choose from {sorted(PLUGIN_NEEDS)})")
+    problems += [
+        f"{name}: must be text" for name in ("name", "description", "source") if not _is_text(plugin, name)
+    ]
+    needs = plugin.needs
+    if isinstance(needs, (str, bytes)) or not isinstance(needs, (Sequence, set, frozenset)):
+        problems.append(f"needs: must be a list of names (from {sorted(PLUGIN_NEEDS)}), got {needs!r}")
+    elif unknown := [n for n in needs if not isinstance(n, str) or n not in PLUGIN_NEEDS]:
+        problems.append(f"needs: unknown {unknown!r} (choose from {sorted(PLUGIN_NEEDS)})")
     if not callable(plugin.compute):
         problems.append("compute: is not callable")
     return "; ".join(problems) or None
+
+
+def _range_ok(bounds: Any) -> bool:
+    """Whether ``bounds`` is two real numbers, low < high (text such as ``"1"`` is not a number)."""
+    if not isinstance(bounds, (Sequence, np.ndarray)) or isinstance(bounds, (str, bytes)) or len(bounds) != 2:
+        return False
+    if any(_number(v)[0] is not None or v is None for v in bounds):
+        return False
+    lo, hi = (float(v) for v in bounds)
+    return not (math.isnan(lo) or math.isnan(hi)) and lo < hi
+
+
+def _is_text(plugin: MetricPlugin, name: str) -> bool:
+    return isinstance(getattr(plugin, name), str)
 
 
 def id_problem(metric_id: str, is_builtin: Callable[[str], bool]) -> str | None:
@@ -279,9 +348,10 @@ def id_problem(metric_id: str, is_builtin: Callable[[str], bool]) -> str | None:
 def run_plugin(plugin: MetricPlugin, origin: PluginOrigin, inputs: MetricInputs) -> Outcome:
     """Call the plug-in and check what it returns; any failure becomes a null with the reason, named."""
     try:
-        out = plugin.compute(inputs)
+        with plugin_code():
+            out = plugin.compute(_own(inputs))
     except Exception as exc:
-        return _failed(origin, f"raised {type(exc).__name__}: {exc}")
+        return _failed(origin, f"raised {raised(exc)}")
     evidence, reason = None, None
     if isinstance(out, Outcome):
         out, evidence, reason = out.value, out.evidence, out.reason
@@ -309,8 +379,10 @@ def checked_evidence(evidence: Any, n_tasks: int | None) -> tuple[str | None, An
         return None, None
     try:
         plain = json.loads(json.dumps(evidence, default=_plain, allow_nan=False))
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         return f"returned evidence that is not JSON data ({exc})", None
+    if _depth(plain) > EVIDENCE_DEPTH:
+        return f"returned evidence nested deeper than {EVIDENCE_DEPTH} levels", None
     if n_tasks is None:
         ok = isinstance(plain, dict)
     else:
@@ -325,6 +397,17 @@ def checked_evidence(evidence: Any, n_tasks: int | None) -> tuple[str | None, An
     return None, plain
 
 
+def _depth(x: Any) -> int:
+    """How deeply plain JSON data nests (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(x, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            todo += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
 def _failed(origin: PluginOrigin, why: str) -> Outcome:
     return Outcome(None, reason=f"{FAILED} ({origin}): {why}")
 
@@ -334,12 +417,15 @@ def _number(x: Any) -> tuple[str | None, float]:
         return None, math.nan
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
         return f"returned a {type(x).__name__}, not a number", math.nan
-    return None, float(x)
+    try:
+        return None, float(x)
+    except OverflowError:  # an int beyond a float's range (10**400)
+        return "returned a number too large for a float", math.nan
 
 
 def _checked_value(plugin: MetricPlugin, n_tasks: int, out: Any) -> tuple[str | None, Any]:
     """(problem, value as numpy): the shape, type, finiteness and range of a plug-in's value."""
-    lo, hi = plugin.range
+    lo, hi = (float(v) for v in plugin.range)
     if plugin.shape == "scalar":
         if isinstance(out, np.ndarray) and out.shape == ():
             out = out.item()

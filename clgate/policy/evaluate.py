@@ -19,11 +19,12 @@ semantics of each kind are in its module there). Common to all:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 from clgate.fmeca import build_worksheet, unknown_rated_classes
-from clgate.metrics.plugins import checked_evidence
+from clgate.metrics.plugins import checked_evidence, plugin_code, raised
 from clgate.policy.judges import (
     JUDGES,
     TOLERANCE,
@@ -33,7 +34,7 @@ from clgate.policy.judges import (
     RuleError,
     describe_missing,
 )
-from clgate.policy.plugins import finite, rule_kinds, validate_rule
+from clgate.policy.plugins import judged_problem, names_problem, rule_kinds, validate_rule
 from clgate.schemas.decision import RuleResult, RuleStatus
 from clgate.schemas.fmeca import FmecaWorksheet
 from clgate.schemas.metrics import MetricsResult
@@ -108,7 +109,9 @@ def _judged_result(base: dict[str, Any], severity: str, judged: Judged) -> RuleR
 
 def _plugin_rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs: Inputs) -> RuleResult:
     """A rule of a plug-in kind: judged like a built-in; a broken plug-in, a judge that raises anything but
-    :class:`RuleError` or answers with no finite value gives ``error``, naming the plug-in."""
+    :class:`RuleError` or answers with no finite value (or a margin that contradicts it) gives ``error``,
+    naming the plug-in. The judge reads its own copies of the runs and inputs: what it writes into them
+    changes no other rule's value, and no report's."""
     found = rule_kinds().kinds.get(rule.kind)
     base: dict[str, Any] = {"index": i, "id": rule.id or rule_label(rule, i), "kind": rule.kind}
     base["severity"] = rule.severity
@@ -116,30 +119,26 @@ def _plugin_rule_result(rule: Any, i: int, runs: Sequence[MetricsResult], inputs
         why = "no installed plug-in provides it" if found is None else f"{found.origin}: {found.problem}"
         return _error_result(base, RuleError(f"plug-in rule kind {rule.kind!r} is broken ({why})"))
     judge = found.judge
+    named = f"plug-in rule kind {rule.kind!r} ({found.origin})"
     try:
-        model = validate_rule(judge, rule)
-        base["id"] = rule.id or (judge.label(model) if judge.label else rule_label(rule, i))
-        base["metric"] = judge.subject(model)
-        judged = judge.judge(model, runs, inputs)
+        with plugin_code():
+            model = validate_rule(judge, rule)
+            label = judge.label(model) if judge.label else rule_label(rule, i)
+            subject = judge.subject(model)
+            problem = names_problem(label, subject)
+            if problem is None:
+                base["id"], base["metric"] = rule.id or label, subject
+                judged = judge.judge(model, *copy.deepcopy((list(runs), inputs)))
     except RuleError as exc:
         return _error_result(base, exc)
     except Exception as exc:  # the plug-in's failure, named; never a pass
-        why = f"plug-in rule kind {rule.kind!r} ({found.origin}) raised {type(exc).__name__}: {exc}"
-        return _error_result(base, RuleError(why))
-    if not (
-        isinstance(judged, Judged)
-        and all(finite(x) for x in (judged.value, judged.threshold, judged.margin))
-        and judged.comparison in (">=", "<=", "<")
-        and isinstance(judged.message, str)
-    ):
-        why = (
-            f"plug-in rule kind {rule.kind!r} ({found.origin}) answered {type(judged).__name__} without a "
-            "finite value, threshold and margin, a comparison >=, <= or < and a message"
-        )
-        return _error_result(base, RuleError(why))
-    problem, evidence = checked_evidence(judged.evidence, None)
+        return _error_result(base, RuleError(f"{named} raised {raised(exc)}"))
+    problem = problem or judged_problem(judged)
+    evidence = None
+    if problem is None:
+        problem, evidence = checked_evidence(judged.evidence, None)
     if problem:
-        return _error_result(base, RuleError(f"plug-in rule kind {rule.kind!r} ({found.origin}) {problem}"))
+        return _error_result(base, RuleError(f"{named} {problem}"))
     judged.evidence = evidence or {}
     return _judged_result(base, rule.severity, judged)
 

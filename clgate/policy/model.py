@@ -14,6 +14,7 @@ from pydantic import ValidationError, model_validator
 
 from clgate.documents import parse_document, read_text
 from clgate.metrics import REGISTRY, metric_info
+from clgate.metrics.plugins import plugin_code, raised
 from clgate.metrics.registry import plugin_registry
 from clgate.policy.plugins import rule_kinds, validate_rule
 from clgate.schemas.errors import InputError, problems_of, validate
@@ -104,9 +105,14 @@ def plugin_rule_problems(rule: PluginRule, where: str) -> list[str]:
     if found.judge is None:
         return []
     try:
-        validate_rule(found.judge, rule)
+        with plugin_code():
+            validate_rule(found.judge, rule)
     except ValidationError as exc:
         return problems_of(exc, prefix=where)
+    except Exception as exc:  # a validator that raises what pydantic does not wrap: the plug-in's, named
+        return [
+            f"{where}: plug-in rule kind {rule.kind!r} ({found.origin}) raised {raised(exc)} validating it"
+        ]
     return []
 
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from clgate.metrics.plugins import FAILED, PLUGIN_ID, PluginOrigin, discover
 from clgate.metrics.registry import found_plugins
-from clgate.policy.judges.base import Judge
+from clgate.policy.judges.base import TOLERANCE, Judge, Judged
 from clgate.schemas.metrics import MetricsResult, RunsResult
 from clgate.schemas.policy import RULE_TAGS, RuleBase
 
@@ -135,6 +135,45 @@ def reload() -> None:
 def finite(x: object) -> bool:
     """Whether ``x`` is a real, finite number (what a judged value and threshold must be)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def judged_problem(judged: object) -> str | None:
+    """Why a plug-in judge's answer cannot be a rule result, or None: a :class:`Judged` with a finite value,
+    threshold and margin, a known comparison and a message, whose margin does not contradict the value,
+    threshold and comparison it reports (the margin decides pass or fail; a report showing ``0.1 >= 0.5``
+    as a pass would mislead). Within :data:`TOLERANCE` either sign agrees.
+
+    >>> judged_problem(Judged(0.1, 0.5, ">=", 0.4, {}, "fine"))
+    'answered margin 0.4 for 0.1 >= 0.5: the margin contradicts the comparison'
+    """
+    if not (
+        isinstance(judged, Judged)
+        and all(finite(x) for x in (judged.value, judged.threshold, judged.margin))
+        and judged.comparison in (">=", "<=", "<")
+        and isinstance(judged.message, str)
+    ):
+        return (
+            f"answered {type(judged).__name__} without a finite value, threshold and margin, a comparison "
+            ">=, <= or < and a message"
+        )
+    v, t, m = judged.value, judged.threshold, judged.margin
+    distance = v - t if judged.comparison == ">=" else t - v
+    if (m >= -TOLERANCE and distance < -TOLERANCE) or (m < -TOLERANCE and distance > TOLERANCE):
+        return (
+            f"answered margin {m:g} for {v:g} {judged.comparison} {t:g}: "
+            "the margin contradicts the comparison"
+        )
+    return None
+
+
+def names_problem(label: object, subject: object) -> str | None:
+    """Why a plug-in's rule label (the result's id) or subject (its metric) is unusable: text, or None for
+    the subject."""
+    if not isinstance(label, str):
+        return f"labelled the rule with a {type(label).__name__}, not text"
+    if subject is not None and not isinstance(subject, str):
+        return f"named its subject with a {type(subject).__name__}, not text"
+    return None
 
 
 def plugin_warnings(metrics: MetricsResult | RunsResult | None = None) -> list[str]:
