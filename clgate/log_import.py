@@ -52,8 +52,10 @@ import hashlib
 import io
 import json
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
+from itertools import islice
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -70,6 +72,11 @@ KNOWN = {*REQUIRED, "correct", "accuracy", "task_end"}
 GROUP = "group"
 """The column of a new-instances (NI/NIC) table that names the sample group of the row's cell."""
 MAX_ROWS = 5_000_000
+MAX_BYTES = 1 << 30
+"""The largest table or ``--totals`` file read (1 GiB: far above ``MAX_ROWS`` rows of counts)."""
+MAX_COUNT = 2**53
+"""The largest iteration, task or count: past it a float no longer holds every integer, so an accuracy
+× size is no count, and a size of 10^30 would make ranges of candidates too long to measure."""
 
 
 class TableError(InputError):
@@ -92,17 +99,13 @@ def read_table(path: str | Path, *, fmt: str | None = None) -> list[tuple[int, d
     """``(row number, row)`` pairs; CSV rows are numbered as lines (the header is line 1)."""
     path = Path(path)
     kind = table_format(path, fmt)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise TableError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise TableError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    text = _read_text(path, str(path))
     rows: list[tuple[int, dict[str, Any]]] = []
     if kind == "csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))
         if reader.fieldnames is None:
             raise TableError(f"{path}: empty file (expected a header row: {', '.join(REQUIRED)}, correct)")
+        _check_header(reader.fieldnames, str(path))
         try:
             for row in reader:
                 if None in row:
@@ -116,10 +119,7 @@ def read_table(path: str | Path, *, fmt: str | None = None) -> list[tuple[int, d
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TableError(f"{path}: row {number}: invalid JSON ({exc.msg})") from None
+            obj = parse_json(line, f"{path}: row {number}")
             if not isinstance(obj, dict):
                 raise TableError(f"{path}: row {number}: expected a JSON object, got {type(obj).__name__}")
             rows.append((number, obj))
@@ -130,7 +130,66 @@ def read_table(path: str | Path, *, fmt: str | None = None) -> list[tuple[int, d
     return rows
 
 
+def _read_text(path: Path, where: str) -> str:
+    """The UTF-8 text of a table or ``--totals`` file (a BOM dropped), refused past ``MAX_BYTES``."""
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise TableError(f"{where}: larger than {MAX_BYTES >> 20} MiB")
+        return path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise TableError(f"{where}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise TableError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct: parsers differ on which of two values they keep."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"key {key!r} given twice")
+        obj[key] = value
+    return obj
+
+
+def _json_int(text: str) -> int:
+    """A JSON integer; Python converts no more than 4300 digits, and its refusal names an interpreter
+    setting, not the input."""
+    if len(text) > 4300:
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def parse_json(text: str, where: str) -> Any:
+    """JSON text (a row, a ``--totals`` file), refused as :class:`TableError` naming ``where`` when it
+    is not JSON, nests deeper than the parser recurses, holds an integer of thousands of digits, or
+    gives a key twice: a crash or a silently dropped value otherwise."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_json_int)
+    except json.JSONDecodeError as exc:
+        raise TableError(f"{where}: invalid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise TableError(f"{where}: invalid JSON (nested too deeply)") from None
+    except ValueError as exc:  # a key twice, an integer of thousands of digits
+        raise TableError(f"{where}: invalid JSON ({exc})") from None
+
+
+def _check_header(fieldnames: Sequence[str], where: str) -> None:
+    """A CSV header names each column once: the reader would keep the last cell of a repeated one."""
+    counts = Counter(c.strip() for c in fieldnames)
+    twice = sorted(c for c, n in counts.items() if n > 1)
+    if twice:
+        raise TableError(f"{where}: row 1: column(s) {twice[:10]} given twice")
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to 40 characters: a message names the cell, it does not echo a megabyte."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
 def _int(value: Any, where: str, *, minimum: int = 0) -> int:
+    """An integer cell in ``[minimum, MAX_COUNT]`` (a whole float such as ``30.0`` is one)."""
     if isinstance(value, bool):
         raise TableError(f"{where}: expected an integer, got {value!r}")
     if isinstance(value, str):
@@ -138,16 +197,29 @@ def _int(value: Any, where: str, *, minimum: int = 0) -> int:
         try:
             number = int(value)
         except ValueError:
-            raise TableError(f"{where}: expected an integer, got {value!r}") from None
+            raise TableError(f"{where}: expected an integer, got {_shown(value)}") from None
     elif isinstance(value, int):
         number = value
     elif isinstance(value, float) and value.is_integer():
         number = int(value)
     else:
-        raise TableError(f"{where}: expected an integer, got {value!r}")
+        raise TableError(f"{where}: expected an integer, got {_shown(value)}")
     if number < minimum:
         raise TableError(f"{where}: must be ≥ {minimum}, got {number}")
+    if number > MAX_COUNT:
+        raise TableError(f"{where}: must be ≤ {MAX_COUNT} (2**53), got {_shown(value)}")
     return number
+
+
+def _name(value: Any, where: str) -> str:
+    """A class or group cell: a name or an integer id, never a list, object, boolean or float (which
+    would become a name like ``"['cat']"``)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TableError(f"{where}: expected a name or an integer id, got {_shown(value)}")
+    name = str(value).strip()
+    if not name:
+        raise TableError(f"{where}: empty")
+    return name
 
 
 def _fraction(value: Any, where: str) -> float:
@@ -180,6 +252,9 @@ def _blank(value: Any) -> bool:
 AmbiguousPolicy = Literal["refuse", "nearest"]
 ACCURACY_SLACK = 1e-9
 """Float slack added to the rounding bound ``0.5·10^-d`` (a value like ``0.30000000000000004``)."""
+WHOLE_COUNT_SLACK = 1e-7
+"""Without ``decimals``: how far (× the class size) an accuracy × size may be from a whole count, for
+an accuracy kept as a float32 (relative precision 6e-8)."""
 
 
 def count_candidates(accuracy: float, total: int, decimals: int) -> range:
@@ -199,6 +274,20 @@ def count_candidates(accuracy: float, total: int, decimals: int) -> range:
     low = max(0, math.ceil((accuracy - bound) * total))
     high = min(total, math.floor((accuracy + bound) * total))
     return range(low, max(low, high + 1))
+
+
+def nearest_count(accuracy: float, total: int, candidates: range) -> int:
+    """The candidate nearest ``accuracy × total``; on a tie the lower count (the worse accuracy, which
+    a gate should judge). Only the two counts around it can be nearest, since the candidates are a run
+    of integers: a class of 10^12 samples takes no longer than one of 10.
+
+    >>> nearest_count(0.5, 300, range(149, 152)), nearest_count(0.5, 3, range(0, 4))
+    (150, 1)
+    """
+    written = Fraction(repr(accuracy))  # the decimal as written: a tie stays a tie (1/3 and 2/3 of 0.5)
+    target = written * total
+    near = {min(max(c, candidates[0]), candidates[-1]) for c in (math.floor(target), math.ceil(target))}
+    return min(near, key=lambda c: (abs(Fraction(c, total) - written), c))
 
 
 class _Record(NamedTuple):
@@ -255,6 +344,8 @@ def log_from_rows(
     _check_scenario_options(scenario, tasks=tasks, groups=groups, classes=classes)
     if decimals is not None and decimals < 0:
         raise TableError(f"--decimals: must be ≥ 0, got {decimals}")
+    if isinstance(totals, int) and not 1 <= totals <= MAX_COUNT:
+        raise TableError(f"--total: must be ≥ 1 and ≤ {MAX_COUNT} (2**53), got {totals}")
     if on_ambiguous not in ("refuse", "nearest"):
         raise TableError(f"--on-ambiguous: must be refuse or nearest, got {on_ambiguous!r}")
     rates = totals is None and not any("total" in r and not _blank(r["total"]) for _, r in numbered)
@@ -280,7 +371,7 @@ def log_from_rows(
         layout, fields = cells.tasks, cells.fields()
         points = _points(records, cells.column(ids), len(cells.class_of), source, what=_cell_words)
     names = sorted(ids, key=ids.__getitem__)
-    integer_ids = all(n.isdigit() and int(n) == ids[n] for n in names)
+    integer_ids = all(map(_is_id, names))  # then ids[n] is the integer n (_integer_ids)
     provenance = _provenance(records, options)
     try:
         return EvaluationLog.model_validate(
@@ -338,12 +429,10 @@ def _record(number: int, row: Mapping[str, Any], options: _Options) -> _Record:
         raise TableError(f"{where}: missing column(s) {', '.join(missing)}")
     iteration = _int(row["iteration"], f"{where}, column 'iteration'")
     task = _int(row["task"], f"{where}, column 'task'", minimum=1)
-    name = str(row["class"]).strip()
-    if not name:
-        raise TableError(f"{where}, column 'class': empty")
+    name = _name(row["class"], f"{where}, column 'class'")
     end = _bool(row["task_end"], f"{where}, column 'task_end'") if not _blank(row.get("task_end")) else None
     acc = _fraction(row["accuracy"], f"{where}, column 'accuracy'") if has_accuracy else None
-    group = str(row[GROUP]).strip() if options.cells else None
+    group = _name(row[GROUP], f"{where}, column '{GROUP}'") if options.cells else None
     if options.rates:
         return _Record(number, iteration, task, name, None, None, acc, end, group)
     total = _total(row, has_total, name if group is None else (name, group), where, options)
@@ -391,17 +480,19 @@ def _total(
 def _rebuilt(acc: float, total: int, at: str, options: _Options) -> int:
     """``correct`` from an accuracy and the class size: exact (no ``decimals``), or the one count that
     rounds to it."""
+    if total == 0:
+        raise TableError(f"{at}: total is 0, so no accuracy can be given (leave the class's row out)")
     if options.decimals is None:
         exact = acc * total
         correct = round(exact)
-        if abs(exact - correct) > 0.05 + 5e-4 * total:
+        # a twentieth of a sample, plus float32 noise: a wider slack took any accuracy of a class of
+        # 900 samples or more as a whole count (0.4305 × 1000 → 430), when it is a rounded one
+        if abs(exact - correct) > 0.05 + WHOLE_COUNT_SLACK * total:
             raise TableError(
                 f"{at}: {acc} × total {total} = {exact:.3f} is not a whole count (is 'total' the "
                 "class's number of evaluated samples? if the accuracies were rounded, give --decimals N)"
             )
         return correct
-    if total == 0:
-        raise TableError(f"{at}: total is 0, so no accuracy can be given (leave the class's row out)")
     candidates = count_candidates(acc, total, options.decimals)
     if len(candidates) == 1:
         return candidates[0]
@@ -412,9 +503,8 @@ def _rebuilt(acc: float, total: int, at: str, options: _Options) -> int:
             f"{at}: {acc} is not any count out of total {total} rounded to {d} decimals (the nearest, "
             f"{nearest}/{total} = {nearest / total:.{d + 3}f}, is too far; is 'total' right, or --decimals?)"
         )
-    if options.on_ambiguous == "nearest":  # ties: the lower count (the worse accuracy)
-        written = Fraction(repr(acc))  # the decimal as written: a tie stays a tie (1/3 and 2/3 of 0.5)
-        return min(candidates, key=lambda c: (abs(Fraction(c, total) - written), c))
+    if options.on_ambiguous == "nearest":
+        return nearest_count(acc, total, candidates)
     shown = ", ".join(f"{c}/{total}" for c in candidates[:6]) + (" …" if len(candidates) > 6 else "")
     raise TableError(
         f"{at}: ambiguous: {acc} at {d} decimals is any of {shown}; give more decimals, or "
@@ -430,16 +520,8 @@ def _class_ids(
     option: str = "--tasks",
 ) -> dict[str, int]:
     names = list(dict.fromkeys(r.name for r in sorted(records, key=lambda r: (r.iteration, r.number))))
-    if all(n.isdigit() for n in names):
-        ids = {n: int(n) for n in names}
-        expected = set(range(len(names)))
-        if set(ids.values()) != expected:
-            odd = sorted(set(ids.values()) - expected)
-            raise TableError(
-                f"{source}: column 'class': integer class ids must be 0 … {len(names) - 1}; got {odd[:10]} "
-                "(use class names, or renumber the classes from 0)"
-            )
-        return ids
+    if all(map(_is_id, names)):
+        return _integer_ids(names, source)
     if tasks is not None:
         flat = [str(c) for g in tasks for c in g]
         unknown = sorted(set(names) - set(flat))
@@ -447,6 +529,31 @@ def _class_ids(
             raise TableError(f"{source}: class(es) {unknown[:10]} of the table are in no task of {option}")
         return {n: i for i, n in enumerate(flat)}
     return {n: i for i, n in enumerate(names)}  # ids in order of first evaluation
+
+
+def _is_id(name: str) -> bool:
+    """A class written as an integer id: ASCII digits (``'²'`` and ``'٠'`` are digits to ``str.isdigit``
+    but a name, or no integer, to ``int``)."""
+    return name.isascii() and name.isdigit()
+
+
+def _integer_ids(names: list[str], source: str) -> dict[str, int]:
+    """Integer class ids: exactly ``0 … C-1``, each written once (``'7'`` and ``'07'`` are one id)."""
+    ids: dict[str, int] = {}
+    by_id: dict[int, str] = {}
+    for n in names:
+        digits = n.lstrip("0") or "0"
+        c = int(digits) if len(digits) <= len(str(MAX_ROWS)) else MAX_ROWS  # longer: past any id anyway
+        if c < len(names) and c in by_id:  # larger ids are refused below, clashing or not
+            raise TableError(f"{source}: column 'class': {by_id[c]!r} and {n!r} are both class id {c}")
+        ids[n], by_id[c] = c, n
+    odd = [_shown(n) for n in names if ids[n] >= len(names)]
+    if odd:
+        raise TableError(
+            f"{source}: column 'class': integer class ids must be 0 … {len(names) - 1}; got "
+            f"[{', '.join(odd[:10])}] (use class names, or renumber the classes from 0)"
+        )
+    return ids
 
 
 def _layout(
@@ -467,15 +574,19 @@ def _layout(
         c = ids[r.name]
         first_task[c] = min(first_task.get(c, r.task), r.task)
     n_tasks = max(r.task for r in records)
-    layout = [sorted(c for c, t in first_task.items() if t == k) for k in range(1, n_tasks + 1)]
-    empty = [k + 1 for k, g in enumerate(layout) if not g]
+    firsts = set(first_task.values())
+    # a task bringing no class is found among the first len(firsts) + 1 tasks: no list of n_tasks
+    empty = list(islice((k for k in range(1, n_tasks + 1) if k not in firsts), 10))
     if empty:
         raise TableError(
-            f"{source}: task(s) {empty} evaluate no class that earlier tasks did not; the task "
-            "layout cannot be "
-            "inferred (were future tasks evaluated?): give it with --tasks '[[0,1],[2,3]]'"
+            f"{source}: task(s) {empty}{' …' if len(empty) == 10 else ''} evaluate no class that earlier "
+            "tasks did not; the task layout cannot be inferred (were future tasks evaluated?): give it "
+            "with --tasks '[[0,1],[2,3]]'"
         )
-    return layout
+    brought: list[list[int]] = [[] for _ in range(n_tasks)]  # n_tasks ≤ classes: each brings one
+    for c, t in sorted(first_task.items()):
+        brought[t - 1].append(c)
+    return brought
 
 
 def _check_scenario_options(
@@ -750,18 +861,10 @@ def read_totals(path: str | Path) -> dict[str, int]:
     CSV file with the columns ``class`` and ``total``; :class:`TableError` names the file and the entry.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise TableError(f"--totals {path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        raise TableError(f"--totals {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    text = _read_text(path, f"--totals {path}")
     entries: list[tuple[str, Any, Any]] = []  # (where, class, size)
     if path.suffix.lower() == ".json":
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TableError(f"--totals {path}: invalid JSON ({exc.msg})") from None
+        doc = parse_json(text, f"--totals {path}")
         if not isinstance(doc, dict) or not doc:
             raise TableError(f'--totals {path}: expected a JSON object of class sizes, like {{"cat": 50}}')
         entries = [(f"--totals {path}: class {k!r}", k, v) for k, v in doc.items()]
@@ -769,9 +872,17 @@ def read_totals(path: str | Path) -> dict[str, int]:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         columns = [c.strip() for c in reader.fieldnames or []]
         if "class" not in columns or "total" not in columns:
-            raise TableError(f"--totals {path}: expected a CSV header with the columns class and total")
+            raise TableError(
+                f"--totals {path}: expected a CSV header with the columns class and total (or a JSON "
+                "object of class sizes in a .json file)"
+            )
+        _check_header(columns, f"--totals {path}")
         try:
             for row in reader:
+                if None in row:
+                    raise TableError(
+                        f"--totals {path}: row {reader.line_num}: more cells than header columns"
+                    )
                 clean = {k.strip(): v for k, v in row.items() if k is not None}
                 entries.append((f"--totals {path}: row {reader.line_num}", clean["class"], clean["total"]))
         except csv.Error as exc:

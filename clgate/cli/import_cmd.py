@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -163,14 +163,25 @@ def import_command(
     typer.echo(f"{out}: {log.n_tasks} tasks, {what}, {len(log.points)} points{note}")
 
 
+def _json_option(text: str, option: str, example: str) -> Any:
+    """An option's JSON value; exit 2 naming the option when it is not JSON, nests deeper than the
+    parser recurses or holds an integer of thousands of digits (a crash otherwise)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        reason = exc.msg
+    except RecursionError:
+        reason = "nested too deeply"
+    except ValueError:  # the one other refusal of json.loads: an integer past 4300 digits
+        reason = "an integer of more than 4300 digits"
+    fail(f"{option}: not JSON ({reason}); write it like {example}")
+
+
 def _task_layout(tasks: str | None, *, option: str = "--tasks") -> list[list[int | str]] | None:
     """``--tasks`` (or ``--classes``) as a list of class lists (exit 2 naming the option otherwise)."""
     if tasks is None:
         return None
-    try:
-        layout = json.loads(tasks)
-    except json.JSONDecodeError as exc:
-        fail(f"{option}: not JSON ({exc.msg}); write it like '[[0,1],[2,3]]'")
+    layout = _json_option(tasks, option, "'[[0,1],[2,3]]'")
     if not (isinstance(layout, list) and layout and all(isinstance(g, list) and g for g in layout)):
         fail(f"{option}: expected a non-empty list of non-empty class lists, like '[[0,1],[2,3]]'")
     if any(isinstance(c, (bool, float, dict, list)) or c is None for g in layout for c in g):
@@ -182,11 +193,11 @@ def _group_order(groups: str | None) -> list[str] | None:
     """``--groups`` as a list of group names (exit 2 naming the option when it is not one)."""
     if groups is None:
         return None
-    try:
-        order = json.loads(groups)
-    except json.JSONDecodeError as exc:
-        fail(f'--groups: not JSON ({exc.msg}); write it like \'["day","night"]\'')
-    if not (isinstance(order, list) and order and all(isinstance(g, (str, int)) for g in order)):
+    order = _json_option(groups, "--groups", '\'["day","night"]\'')
+    names = isinstance(order, list) and all(
+        isinstance(g, (str, int)) and not isinstance(g, bool) for g in order
+    )
+    if not (names and order):  # true is no group name (it was read as the group 'True')
         fail('--groups: expected a non-empty list of group names, like \'["day","night"]\'')
     return [str(g) for g in order]
 
