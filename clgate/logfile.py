@@ -33,7 +33,7 @@ from pydantic import ValidationError
 from clgate.documents import dump_log, load_log
 from clgate.metrics.arrays import LogArrays, TaskAccuracy
 from clgate.schemas.errors import problems_of
-from clgate.schemas.evaluation_log import EvaluationLog, EvaluationLogError
+from clgate.schemas.evaluation_log import MAX_COUNT, EvaluationLog, EvaluationLogError
 
 __all__ = [
     "LOG_FORMATS",
@@ -417,6 +417,9 @@ def _count_problems(a: LogArrays) -> list[str]:
         if values.size and values.dtype.kind == "i" and values.min() < 0:  # a full index only then
             i, c = np.argwhere(values < 0)[0]
             problems.append(f"points[{i}].{name}[{c}]: count ({values[i, c]}) is negative")
+        if values.size and values.max() > MAX_COUNT:
+            i, c = np.argwhere(values > MAX_COUNT)[0]
+            problems.append(f"points[{i}].{name}[{c}]: count ({values[i, c]:.3g}) is above 2**53")
     over = np.greater(a.correct, a.total)
     if over.any():
         i, c = np.unravel_index(int(over.argmax()), over.shape)

@@ -42,6 +42,9 @@ __all__ = ["FORMAT", "EvalPoint", "EvaluationLog", "EvaluationLogError", "TaskRe
 
 FORMAT: Final = "clgate.evaluation-log/v1"
 MAX_REPORTED_PROBLEMS = 20
+MAX_COUNT: Final = 2**53
+"""The largest count a point may hold: metrics compute in floats, which hold every whole number up to
+2**53 (a larger one is no real held-out set, and would not convert, or convert inexactly)."""
 
 
 class EvaluationLogError(InputError):
@@ -393,6 +396,10 @@ class EvaluationLog(BaseModel):
                 if values and min(values) < 0:
                     c = next(c for c, v in enumerate(values) if v < 0)
                     problems.add(f"{where}.{name}[{c}]: count ({values[c]}) is negative")
+                    return
+                if values and max(values) > MAX_COUNT:
+                    c = next(c for c, v in enumerate(values) if v > MAX_COUNT)
+                    problems.add(f"{where}.{name}[{c}]: count ({values[c]:.3g}) is above 2**53")
                     return
             if any(map(operator.gt, p.correct, p.total)):
                 c = next(c for c, (a, b) in enumerate(zip(p.correct, p.total, strict=True)) if a > b)

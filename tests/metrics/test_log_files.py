@@ -353,6 +353,9 @@ def test_npz_and_json_forms_give_identical_metrics_on_a_random_log(top, tmp_path
             np.int64, 2**40, "points[2].correct[1]: correct (1099511627776) exceeds", id="beyond-int32"
         ),
         pytest.param(np.uint64, 2**64 - 1, "points[2].correct[1]: count (-1) is negative", id="beyond-int64"),
+        pytest.param(
+            np.int64, 2**60, "points[2].correct[1]: count (1.15e+18) is above 2**53", id="beyond-float"
+        ),
     ],
 )
 def test_npz_counts_of_any_integer_width_keep_their_values(dtype, value, problem, tmp_path, monkeypatch):

@@ -76,6 +76,16 @@ def test_negative_counts(doc: dict, field: str) -> None:
 
 
 @pytest.mark.parametrize("field", ["correct", "total"])
+def test_counts_beyond_what_a_float_holds_are_refused(doc: dict, field: str) -> None:
+    """Metrics compute in floats: a count above 2**53 is no held-out set and would crash or round."""
+    point = doc["points"][2]
+    point["total"][4] = 10**30
+    if field == "correct":
+        point["correct"][4] = 10**30
+    assert problems(doc) == [f"points[2].{field}[4]: count (1e+30) is above 2**53"]
+
+
+@pytest.mark.parametrize("field", ["correct", "total"])
 def test_count_length_must_be_c(doc: dict, field: str) -> None:
     doc["points"][0][field] = doc["points"][0][field][:4]
     assert problems(doc) == [f"points[0].{field}: has 4 entries, expected C = 6"]
