@@ -471,15 +471,49 @@ class MetricPlugins:
     metrics: dict[str, LoadedMetric]
     refused: list[str]
     """Entry points that name no usable id (a built-in's, or not an identifier): one line each."""
+    unexported: list[str] = field(default_factory=list)
+    """Plug-in metrics whose gauge would take another's Prometheus name: computed, not exported."""
 
     def warnings(self) -> list[str]:
-        """One line per broken or refused plug-in metric (what the CLI prints as warnings)."""
+        """One line per broken, refused or unexported plug-in metric (what the CLI prints as warnings)."""
         broken = [
             f"plug-in metric {m.id!r} ({m.origin}) is broken: {m.problem}"
             for m in self.metrics.values()
             if m.problem
         ]
-        return broken + self.refused
+        return broken + self.refused + self.unexported
+
+
+def gauge_name(metric_id: str, plugin: MetricPlugin) -> str:
+    """The Prometheus name of a plug-in metric's gauge: ``clgate_plugin_<id>``, ``_ratio`` for a value
+    within [0, 1].
+
+    >>> gauge_name("x", MetricPlugin("x", "x", "", "scalar", True, (0, 1), lambda i: 0.0, gauge=True))
+    'clgate_plugin_x_ratio'
+    """
+    lo, hi = (float(v) for v in plugin.range)
+    return f"clgate_plugin_{metric_id}{'_ratio' if lo >= 0 and hi <= 1 else ''}"
+
+
+def _unique_gauges(metrics: dict[str, LoadedMetric]) -> list[str]:
+    """Turn off the gauge of a plug-in metric whose gauge name an earlier id's already takes (``x`` in
+    [0, 1] and ``x_ratio`` both make ``clgate_plugin_x_ratio``; a registry takes one name once): its
+    value is still computed, gated and reported. One warning line each."""
+    taken: dict[str, str] = {}
+    lines: list[str] = []
+    for metric_id, m in metrics.items():
+        if m.plugin is None or not m.plugin.gauge:
+            continue
+        name = gauge_name(metric_id, m.plugin)
+        if name in taken:
+            metrics[metric_id] = dataclasses.replace(m, plugin=dataclasses.replace(m.plugin, gauge=False))
+            lines.append(
+                f"plug-in metric {metric_id!r} ({m.origin}) is not exported to Prometheus: its gauge "
+                f"name {name} is plug-in metric {taken[name]!r}'s"
+            )
+        else:
+            taken[name] = metric_id
+    return lines
 
 
 def load_metric_plugins(is_builtin: Callable[[str], bool]) -> MetricPlugins:
@@ -505,7 +539,7 @@ def load_metric_plugins(is_builtin: Callable[[str], bool]) -> MetricPlugins:
                 )
             ]
         metrics[metric_id] = entries[0]
-    return MetricPlugins(metrics, refused)
+    return MetricPlugins(metrics, refused, _unique_gauges(metrics))
 
 
 @functools.cache

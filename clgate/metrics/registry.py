@@ -26,7 +26,7 @@ from functools import partial
 from typing import Literal
 
 from clgate.metrics import plugins, steps
-from clgate.metrics.plugins import FAILED, MetricInputs, MetricPlugin, MetricPlugins, PluginOrigin
+from clgate.metrics.plugins import FAILED, MetricInputs, MetricPlugin, MetricPlugins, PluginOrigin, gauge_name
 from clgate.metrics.steps import NEED_REASONS, Outcome
 
 Need = Literal["counts", "future_tasks", "resources", "runs", "baseline", "continual"]
@@ -581,9 +581,8 @@ def _plugin_infos(found: MetricPlugins) -> dict[str, MetricInfo]:
         lo, hi = (float(v) for v in p.range)
         gauge = None
         if p.gauge:
-            unit = "_ratio" if lo >= 0 and hi <= 1 else ""
             gauge = Gauge(
-                f"clgate_plugin_{metric_id}{unit}",
+                gauge_name(metric_id, p),
                 f"{p.name} (plug-in {m.origin.distribution}) of the latest decision.",
             )
         infos[metric_id] = _info(

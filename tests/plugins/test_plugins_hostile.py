@@ -280,3 +280,36 @@ def test_the_command_line_keeps_its_exit_status_and_json(make_plugin, tmp_path):
     metrics = run_clgate("metrics", str(log), "--json", cwd=tmp_path, env=env)
     assert metrics.returncode == 0, metrics.stderr
     assert json.loads(metrics.stdout)["metrics"]["chatty"] == 0.5
+
+
+GAUGES = """
+from clgate.metrics.plugins import MetricPlugin
+
+def make(mid, lo, hi):
+    return MetricPlugin(id=mid, name=mid, description="d", shape="scalar", higher_is_better=True,
+                        range=(lo, hi), compute=lambda i: 0.5, gauge=True)
+
+X = make("x", 0.0, 1.0)             # clgate_plugin_x_ratio
+X_RATIO = make("x_ratio", 0.0, 2.0)  # clgate_plugin_x_ratio too: not a ratio, no suffix
+"""
+
+
+def test_a_plugin_gauge_that_takes_anothers_name_is_not_exported_and_said(plugins_on, make_plugin):
+    """Two plug-ins whose gauges share a Prometheus name: the first id keeps it, the other's value is
+    computed and gated as usual but not exported (a registry holds a name once), with a warning."""
+    from clgate.service.metrics import headline_gauges
+
+    plugins_on(
+        make_plugin(
+            "gauge-metrics", GAUGES, metrics={"x": "gauge_metrics:X", "x_ratio": "gauge_metrics:X_RATIO"}
+        )
+    )
+    found = found_plugins()
+    assert found.unexported == [
+        f"plug-in metric 'x_ratio' ({found.metrics['x_ratio'].origin}) is not exported to Prometheus: its "
+        "gauge name clgate_plugin_x_ratio is plug-in metric 'x''s"
+    ]
+    assert found.unexported[0] in found.warnings()
+    assert [g[:2] for g in headline_gauges() if g[0] in ("x", "x_ratio")] == [("x", "clgate_plugin_x_ratio")]
+    result = compute_metrics(_meta_log())
+    assert result.metrics["x"] == result.metrics["x_ratio"] == 0.5
