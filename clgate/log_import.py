@@ -62,7 +62,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import ValidationError
 
 from clgate.schemas.errors import InputError, problems_of
-from clgate.schemas.evaluation_log import EvaluationLog
+from clgate.schemas.evaluation_log import MAX_COUNT, EvaluationLog
 from clgate.schemas.job import ScenarioSpec
 
 TableFormat = Literal["csv", "jsonl"]
@@ -74,9 +74,6 @@ GROUP = "group"
 MAX_ROWS = 5_000_000
 MAX_BYTES = 1 << 30
 """The largest table or ``--totals`` file read (1 GiB: far above ``MAX_ROWS`` rows of counts)."""
-MAX_COUNT = 2**53
-"""The largest iteration, task or count: past it a float no longer holds every integer, so an accuracy
-× size is no count, and a size of 10^30 would make ranges of candidates too long to measure."""
 
 
 class TableError(InputError):
@@ -160,18 +157,20 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
-def parse_json(text: str, where: str) -> Any:
-    """JSON text (a row, a ``--totals`` file), refused as :class:`TableError` naming ``where`` when it
-    is not JSON, nests deeper than the parser recurses, holds an integer of thousands of digits, or
-    gives a key twice: a crash or a silently dropped value otherwise."""
+def parse_json(text: str, where: str, *, invalid: str = "invalid JSON") -> Any:
+    """JSON text (a row, a ``--totals`` file, a command-line option), refused as :class:`TableError`
+    (``"<where>: <invalid> (<reason>)"``) when it is not JSON, nests deeper than the parser recurses,
+    holds an integer of thousands of digits, or gives a key twice: a crash or a silently dropped value
+    otherwise."""
     try:
         return json.loads(text, object_pairs_hook=_unique_keys, parse_int=_json_int)
     except json.JSONDecodeError as exc:
-        raise TableError(f"{where}: invalid JSON ({exc.msg})") from None
+        reason = exc.msg
     except RecursionError:
-        raise TableError(f"{where}: invalid JSON (nested too deeply)") from None
+        reason = "nested too deeply"
     except ValueError as exc:  # a key twice, an integer of thousands of digits
-        raise TableError(f"{where}: invalid JSON ({exc})") from None
+        reason = str(exc)
+    raise TableError(f"{where}: {invalid} ({reason})")
 
 
 def _check_header(fieldnames: Sequence[str], where: str) -> None:

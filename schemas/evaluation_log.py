@@ -43,8 +43,9 @@ __all__ = ["FORMAT", "EvalPoint", "EvaluationLog", "EvaluationLogError", "TaskRe
 FORMAT: Final = "clgate.evaluation-log/v1"
 MAX_REPORTED_PROBLEMS = 20
 MAX_COUNT: Final = 2**53
-"""The largest count a point may hold: metrics compute in floats, which hold every whole number up to
-2**53 (a larger one is no real held-out set, and would not convert, or convert inexactly)."""
+"""The largest count a point may hold (and the largest iteration, task or size ``clgate import`` takes):
+metrics compute in floats, which hold every whole number up to 2**53 (a larger one is no real held-out
+set, and would not convert, or convert inexactly)."""
 
 
 class EvaluationLogError(InputError):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -164,17 +163,15 @@ def import_command(
 
 
 def _json_option(text: str, option: str, example: str) -> Any:
-    """An option's JSON value; exit 2 naming the option when it is not JSON, nests deeper than the
-    parser recurses or holds an integer of thousands of digits (a crash otherwise)."""
+    """An option's JSON value, read as the table's JSON is (:func:`clgate.log_import.parse_json`); exit 2
+    naming the option when it is not JSON, nests too deeply or holds an integer of thousands of digits."""
+    # lazy: CLI — `clgate --help` loads no command's dependencies
+    from clgate.log_import import TableError, parse_json
+
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        reason = exc.msg
-    except RecursionError:
-        reason = "nested too deeply"
-    except ValueError:  # the one other refusal of json.loads: an integer past 4300 digits
-        reason = "an integer of more than 4300 digits"
-    fail(f"{option}: not JSON ({reason}); write it like {example}")
+        return parse_json(text, option, invalid="not JSON")
+    except TableError as exc:
+        fail(f"{exc}; write it like {example}")
 
 
 def _task_layout(tasks: str | None, *, option: str = "--tasks") -> list[list[int | str]] | None:
